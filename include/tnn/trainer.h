@@ -1,0 +1,64 @@
+// Trainer: owns the parameters of a model (fp32 master weights plus a copy in the model's dtype),
+// its gradients, a loss and an optimizer, on one device. step() = forward + loss + backward +
+// optimizer, asynchronous on the stream; loss() fetches the last loss value.
+#pragma once
+
+#include <tnn/loss.h>
+#include <tnn/model.h>
+#include <tnn/optimizer.h>
+
+#include <memory>
+#include <string>
+
+namespace tnn {
+
+class Trainer {
+public:
+    Trainer(std::shared_ptr<Module> model, std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer,
+            Device device, uint64_t seed = 1337);
+    // From a full config {"encoding", "network", "loss", "optimizer"} (missing loss: L2, optimizer: Adam).
+    Trainer(uint32_t n_input_dims, uint32_t n_output_dims, const json& config, Device device, uint64_t seed = 1337);
+    ~Trainer();
+    Trainer(const Trainer&) = delete;
+    Trainer& operator=(const Trainer&) = delete;
+
+    // input [rows, n_in] fp32 (fp64 for fp64 models), target [rows, n_out] fp32/fp64, pdf optional [rows, 1].
+    void step(const Stream& stream, ConstView input, ConstView target, const ConstView* data_pdf = nullptr);
+    double loss(const Stream& stream) const;  // loss of the last step; synchronises
+    // Uses the optimizer's inference weights (EMA, Average) when it has them.
+    void inference(const Stream& stream, ConstView input, View output) const;
+
+    const Module& model() const { return *m_model; }
+    Module& model() { return *m_model; }
+    const Loss& loss_fn() const { return *m_loss; }
+    Optimizer& optimizer() { return *m_optimizer; }
+    const Optimizer& optimizer() const { return *m_optimizer; }
+    Device device() const { return m_device; }
+    uint64_t seed() const { return m_seed; }
+    uint32_t step_count() const;
+    // tcnn's static loss scale: 128 for fp16 / bf16 parameters, 1 otherwise.
+    float loss_scale() const { return m_loss_scale; }
+    json config() const;  // {"encoding"?, "network"?, "model", "loss", "optimizer"}
+
+    // Parameters: fp32 master copy and the model-dtype copy, both on device().
+    const float* params_fp32() const;
+    const void* params() const;
+    std::vector<float> params_host(const Stream& stream) const;
+    void set_params(const Stream& stream, const float* host_params_fp32);  // also resets the optimizer state
+
+    // Checkpoints (see checkpoint.h): model config, parameters, optimizer state, step, seed.
+    void save(const Stream& stream, const std::string& path) const;
+    void load(const Stream& stream, const std::string& path);  // config must match this trainer's
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+    std::shared_ptr<Module> m_model;
+    std::shared_ptr<Loss> m_loss;
+    std::shared_ptr<Optimizer> m_optimizer;
+    Device m_device;
+    uint64_t m_seed;
+    float m_loss_scale = 1.0f;
+};
+
+}  // namespace tnn

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tiny-rdna4-nn builds and tests with. Idempotent: when every
+# package is already present it only asks dpkg and returns in well under a second.
+# Usage: scripts/install_deps.sh [group ...]   groups: build (default), test, python, hip
+set -euo pipefail
+
+groups=("$@")
+[ ${#groups[@]} -gt 0 ] || groups=(build)
+
+pkgs=()
+for g in "${groups[@]}"; do
+  case "$g" in
+    build)  pkgs+=(build-essential cmake ninja-build nlohmann-json3-dev libstb-dev libcli11-dev) ;;
+    test)   pkgs+=(libgtest-dev libgmock-dev) ;;
+    bench)  pkgs+=(libbenchmark-dev) ;;
+    python) pkgs+=(python3-dev python3-pytest python3-numpy python3-torch pybind11-dev python3-pip python3-setuptools) ;;
+    hip)    pkgs+=(clang-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs) ;;
+    *) echo "install_deps.sh: unknown group '$g' (valid: build test bench python hip)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${pkgs[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [ "$status" = "install ok installed" ] || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install_deps.sh: installing ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,27 @@
+// The narrow bridge from the CPU library to the GPU backend: plain C++ declarations implemented in
+// src/gpu/*.cu (CUDA or HIP). Only compiled-in when TNN_WITH_GPU is defined; callers guard with
+// #ifdef TNN_WITH_GPU and otherwise call throw_no_gpu_backend().
+#pragma once
+
+#include <tnn/tensor.h>
+
+#include <cstddef>
+#include <string>
+
+namespace tnn::gpu_bridge {
+
+int device_count();
+std::string device_description(int device);
+void* malloc(int device, size_t bytes);          // device memory; throws DeviceError on failure
+void free(int device, void* ptr) noexcept;
+bool is_device_pointer(const void* ptr, int device);  // memory the given device can read
+void memcpy(const Stream& stream, void* dst, const void* src, size_t bytes);  // any direction, async
+void memcpy_2d(const Stream& stream, void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+               size_t width_bytes, size_t rows);
+void synchronize(const Stream& stream);
+void convert(const Stream& stream, ConstView src, View dst);  // both on the GPU
+void fill(const Stream& stream, View dst, double value);      // on the GPU
+double sum(const Stream& stream, ConstView values);             // fp32/fp64 on the GPU; synchronises
+void free_temporary_memory();
+
+}  // namespace tnn::gpu_bridge

@@ -1,0 +1,149 @@
+// The validating half of the module contract: every public call checks shapes, dtypes, devices
+// and pointers here, once, before a module's *_impl runs.
+#include <tnn/module.h>
+
+#include "core/gpu_bridge.h"
+
+namespace tnn {
+
+void throw_no_gpu_backend(const std::string& what) {
+    throw UnsupportedError(msg(what, ": this build of tiny-rdna4-nn has no GPU backend (configure with TNN_CUDA=ON or "
+                                     "TNN_HIP=ON); use device 'cpu'"));
+}
+
+std::string Module::describe() const {
+    return msg(name(), " (", m_n_input_dims, " -> ", m_n_output_dims, ", ", dtype_name(m_param_dtype), ")");
+}
+
+namespace {
+
+void check_view(const std::string& who, const char* arg, ConstView v, int64_t rows, int64_t cols, Device device) {
+    if (v.rows != rows || v.cols != cols)
+        throw ShapeError(msg(who, ": ", arg, " must be [", rows, ", ", cols, "], got ", describe(v)));
+    if (v.stride < v.cols) throw ShapeError(msg(who, ": ", arg, " has stride ", v.stride, " < cols ", v.cols));
+    if (v.device != device)
+        throw DeviceError(msg(who, ": ", arg, " is on ", v.device.str(), " but the input is on ", device.str()));
+    if (rows > 0 && cols > 0 && !v.data) throw ShapeError(msg(who, ": ", arg, " is a null pointer"));
+#ifdef TNN_WITH_GPU
+    if (device.is_gpu() && rows > 0 && cols > 0 && !gpu_bridge::is_device_pointer(v.data, device.index))
+        throw DeviceError(msg(who, ": ", arg, " is not memory of ", device.str()));
+#endif  // TNN_WITH_GPU
+}
+
+void check_dtype(const std::string& who, const char* arg, DType got, DType want) {
+    if (got != want)
+        throw DTypeError(msg(who, ": ", arg, " must be ", dtype_name(want), ", got ", dtype_name(got)));
+}
+
+}  // namespace
+
+void Module::check_io(const char* method, const Stream& stream, ConstView input, const ConstView* output,
+                      const void* params) const {
+    const std::string who = msg(describe(), " ", method);
+    const Device dev = input.device;
+    if (!supports_device(dev))
+        throw UnsupportedError(msg(who, ": ", name(), " does not run on ", dev.str(), " with dtype ",
+                                   dtype_name(m_param_dtype)));
+    if (stream.device() != dev)
+        throw DeviceError(msg(who, ": the stream is for ", stream.device().str(), " but the input is on ", dev.str()));
+    if (dev.is_gpu()) {
+#ifdef TNN_WITH_GPU
+        if (dev.index < 0 || dev.index >= gpu_bridge::device_count())
+            throw DeviceError(msg(who, ": no GPU with index ", dev.index, " (", gpu_bridge::device_count(), " present)"));
+#else
+        throw_no_gpu_backend(who);
+#endif  // TNN_WITH_GPU
+    }
+    if (input.rows < 0) throw ShapeError(msg(who, ": negative batch size ", input.rows));
+    if (!accepts_input_dtype(input.dtype))
+        throw DTypeError(msg(who, ": input must be ", dtype_name(input_dtype()), ", got ", dtype_name(input.dtype)));
+    check_view(who, "input", input, input.rows, m_n_input_dims, dev);
+    if (output) {
+        check_view(who, "output", *output, input.rows, m_n_output_dims, dev);
+        check_dtype(who, "output", output->dtype, m_output_dtype);
+    }
+    if (m_n_params > 0 && !params && input.rows > 0) throw ShapeError(msg(who, ": params is a null pointer"));
+#ifdef TNN_WITH_GPU
+    if (dev.is_gpu() && m_n_params > 0 && input.rows > 0 && !gpu_bridge::is_device_pointer(params, dev.index))
+        throw DeviceError(msg(who, ": params are not memory of ", dev.str()));
+#endif  // TNN_WITH_GPU
+}
+
+void Module::inference(const Stream& stream, ConstView input, View output, const void* params) const {
+    const ConstView out(output);
+    check_io("inference", stream, input, &out, params);
+    if (input.rows == 0) return;
+    inference_impl(stream, input, output, params);
+}
+
+std::unique_ptr<Context> Module::forward(const Stream& stream, ConstView input, View output, const void* params,
+                                         bool prepare_input_gradients) const {
+    const ConstView out(output);
+    check_io("forward", stream, input, &out, params);
+    if (input.rows == 0) return std::make_unique<EmptyContext>();
+    return forward_impl(stream, input, output, params, prepare_input_gradients);
+}
+
+void Module::backward(const Stream& stream, const Context& ctx, ConstView input, ConstView output,
+                      ConstView dL_doutput, View* dL_dinput, void* dL_dparams, const void* params,
+                      GradMode mode) const {
+    check_io("backward", stream, input, &output, params);
+    const std::string who = msg(describe(), " backward");
+    check_view(who, "dL_doutput", dL_doutput, input.rows, m_n_output_dims, input.device);
+    check_dtype(who, "dL_doutput", dL_doutput.dtype, m_output_dtype);
+    if (dL_dinput) {
+        check_view(who, "dL_dinput", *dL_dinput, input.rows, m_n_input_dims, input.device);
+        check_dtype(who, "dL_dinput", dL_dinput->dtype, input.dtype);
+    }
+    if (input.rows == 0) {
+        // An empty batch contributes nothing; overwrite mode still means "the gradient is zero".
+        if (dL_dparams && mode == GradMode::overwrite && m_n_params > 0) {
+            View g(dL_dparams, m_param_dtype, input.device, 1, static_cast<int64_t>(m_n_params));
+            fill(stream, g, 0.0);
+        }
+        return;
+    }
+    backward_impl(stream, ctx, input, output, dL_doutput, dL_dinput, dL_dparams, params, mode);
+}
+
+void Module::backward_backward_input(const Stream& stream, const Context& ctx, ConstView input, ConstView dL_ddLdinput,
+                                     ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
+                                     const void* params, GradMode mode) const {
+    if (!supports_backward_backward())
+        throw UnsupportedError(msg(describe(), ": second derivatives (backward_backward_input) are not supported by ",
+                                   name()));
+    check_io("backward_backward_input", stream, input, nullptr, params);
+    const std::string who = msg(describe(), " backward_backward_input");
+    check_view(who, "dL_ddLdinput", dL_ddLdinput, input.rows, m_n_input_dims, input.device);
+    check_dtype(who, "dL_ddLdinput", dL_ddLdinput.dtype, input.dtype);
+    check_view(who, "dL_doutput", dL_doutput, input.rows, m_n_output_dims, input.device);
+    check_dtype(who, "dL_doutput", dL_doutput.dtype, m_output_dtype);
+    if (dL_ddLdoutput) {
+        check_view(who, "dL_ddLdoutput", *dL_ddLdoutput, input.rows, m_n_output_dims, input.device);
+        check_dtype(who, "dL_ddLdoutput", dL_ddLdoutput->dtype, m_output_dtype);
+    }
+    if (dL_dinput) {
+        check_view(who, "dL_dinput", *dL_dinput, input.rows, m_n_input_dims, input.device);
+        check_dtype(who, "dL_dinput", dL_dinput->dtype, input.dtype);
+    }
+    if (input.rows == 0) {
+        if (dL_dparams && mode == GradMode::overwrite && m_n_params > 0) {
+            View g(dL_dparams, m_param_dtype, input.device, 1, static_cast<int64_t>(m_n_params));
+            fill(stream, g, 0.0);
+        }
+        return;
+    }
+    backward_backward_input_impl(stream, ctx, input, dL_ddLdinput, dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams,
+                                 params, mode);
+}
+
+void Module::inference_impl(const Stream& stream, ConstView input, View output, const void* params) const {
+    forward_impl(stream, input, output, params, false);
+}
+
+void Module::backward_backward_input_impl(const Stream&, const Context&, ConstView, ConstView, ConstView, View*, View*,
+                                          void*, const void*, GradMode) const {
+    throw UnsupportedError(msg(describe(), ": backward_backward_input is not implemented"));
+}
+
+}  // namespace tnn

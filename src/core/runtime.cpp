@@ -1,0 +1,61 @@
+// Runtime facts (version, backends, devices) and process-wide switches.
+#include <tnn/runtime.h>
+
+#include "core/gpu_bridge.h"
+
+#include <atomic>
+
+namespace tnn {
+
+const char* version() { return TNN_VERSION; }
+
+bool has_gpu_backend() {
+#ifdef TNN_WITH_GPU
+    return true;
+#else
+    return false;
+#endif  // TNN_WITH_GPU
+}
+
+const char* gpu_backend_name() {
+#if defined(TNN_WITH_CUDA)
+    return "CUDA";
+#elif defined(TNN_WITH_HIP)
+    return "HIP";
+#else
+    return "none";
+#endif  // TNN_WITH_CUDA / TNN_WITH_HIP
+}
+
+int gpu_device_count() {
+#ifdef TNN_WITH_GPU
+    return gpu_bridge::device_count();
+#else
+    return 0;
+#endif  // TNN_WITH_GPU
+}
+
+std::string gpu_device_description(int index) {
+#ifdef TNN_WITH_GPU
+    return gpu_bridge::device_description(index);
+#else
+    return "no GPU backend";
+#endif  // TNN_WITH_GPU
+}
+
+bool gpu_available() { return gpu_device_count() > 0; }
+
+void free_temporary_memory() {
+#ifdef TNN_WITH_GPU
+    if (gpu_device_count() > 0) gpu_bridge::free_temporary_memory();
+#endif  // TNN_WITH_GPU
+}
+
+namespace {
+std::atomic<bool> g_deterministic{false};
+}
+
+void set_deterministic(bool on) { g_deterministic = on; }
+bool deterministic() { return g_deterministic; }
+
+}  // namespace tnn

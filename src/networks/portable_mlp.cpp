@@ -1,0 +1,250 @@
+// PortableMLP: CPU reference (MlpReference<T>, plain loops over blocks of 64 rows, templated on the
+// storage type) and the host side of the module. The GPU kernels live in portable_mlp.cu.
+#include "networks/portable_mlp.h"
+
+#include "core/parallel.h"
+#include "networks/activation.h"
+#include "networks/network_registry.h"
+
+#include <algorithm>
+
+namespace tnn {
+
+namespace {
+
+// Reductions over the batch use a number of row groups that depends only on the batch size, so
+// the summation order (and the bits) never depend on the thread count.
+int64_t reduction_group_rows(int64_t rows, int64_t block) {
+    const int64_t groups = 32;
+    const int64_t per = std::max<int64_t>(1024, (rows + groups - 1) / groups);
+    return (per + block - 1) / block * block;
+}
+
+template <typename T> acc_t<T> load_as(ConstView v, int64_t r, int64_t c) {
+    using A = acc_t<T>;
+    switch (v.dtype) {
+        case DType::f32: return static_cast<A>(v.at<float>(r, c));
+        case DType::f64: return static_cast<A>(v.at<double>(r, c));
+        case DType::f16: return static_cast<A>(static_cast<float>(v.at<half>(r, c)));
+        case DType::bf16: return static_cast<A>(static_cast<float>(v.at<bfloat16>(r, c)));
+    }
+    return A(0);
+}
+
+template <typename A> void store_as(View v, int64_t r, int64_t c, A x) {
+    switch (v.dtype) {
+        case DType::f32: v.at<float>(r, c) = static_cast<float>(x); break;
+        case DType::f64: v.at<double>(r, c) = static_cast<double>(x); break;
+        case DType::f16: v.at<half>(r, c) = half(static_cast<float>(x)); break;
+        case DType::bf16: v.at<bfloat16>(r, c) = bfloat16(static_cast<float>(x)); break;
+    }
+}
+
+}  // namespace
+
+// forward: a_0 = [round_T(x), pad], z_l = W_l a_{l-1} (+ b_l), a_l = round_T(act(z_l));
+// the output layer's act(z) goes to the output dtype directly.
+template <typename T>
+std::unique_ptr<typename MlpReference<T>::Ctx> MlpReference<T>::forward(ConstView input, View output, const T* params,
+                                                                        bool keep_context) const {
+    const int64_t rows = input.rows, n_blocks = chunk_count(rows, kBlock), B = kBlock;
+    const uint32_t n_layers = m_l.n_layers();
+    auto ctx = std::make_unique<Ctx>();
+    ctx->rows = rows;
+    if (keep_context) {
+        ctx->input.assign(static_cast<size_t>(n_blocks) * m_l.padded_input_dims * B, A(0));
+        ctx->pre.resize(n_layers);
+        ctx->post.resize(n_layers);
+        for (uint32_t l = 0; l < n_layers; ++l) {
+            ctx->pre[l].assign(static_cast<size_t>(n_blocks) * m_l.layer_out(l) * B, A(0));
+            ctx->post[l].assign(static_cast<size_t>(n_blocks) * m_l.layer_out(l) * B, A(0));
+        }
+    }
+    parallel_for(n_blocks, 1, [&](int64_t b0, int64_t b1) {
+        std::vector<A> cur, z, next;
+        for (int64_t blk = b0; blk < b1; ++blk) {
+            const int64_t r0 = blk * B, nr = std::min(B, rows - r0);
+            cur.assign(static_cast<size_t>(m_l.padded_input_dims) * B, A(0));
+            for (uint32_t i = 0; i < m_l.padded_input_dims; ++i)
+                for (int64_t r = 0; r < nr; ++r)
+                    cur[i * B + r] = i < m_l.n_input_dims ? round_to<T>(load_as<T>(input, r0 + r, i))
+                                                          : round_to<T>(static_cast<A>(m_l.input_pad_value));
+            if (keep_context) std::copy(cur.begin(), cur.end(), ctx->input.begin() + blk * m_l.padded_input_dims * B);
+            for (uint32_t l = 0; l < n_layers; ++l) {
+                const uint32_t n_in = m_l.layer_in(l), n_out = m_l.layer_out(l);
+                const bool last = l + 1 == n_layers;
+                const Activation act = last ? m_l.output_activation : m_l.activation;
+                const T* W = params + m_l.weight_offset(l);
+                z.assign(static_cast<size_t>(n_out) * B, A(0));
+                for (uint32_t o = 0; o < n_out; ++o) {
+                    A* zo = &z[o * B];
+                    if (m_l.bias) {
+                        const A bo = static_cast<A>(params[m_l.bias_offset(l) + o]);
+                        for (int64_t r = 0; r < nr; ++r) zo[r] = bo;
+                    }
+                    for (uint32_t i = 0; i < n_in; ++i) {
+                        const A w = static_cast<A>(W[static_cast<size_t>(o) * n_in + i]);
+                        const A* ai = &cur[i * B];
+                        for (int64_t r = 0; r < nr; ++r) zo[r] += w * ai[r];
+                    }
+                }
+                next.assign(static_cast<size_t>(n_out) * B, A(0));
+                for (size_t k = 0; k < next.size(); ++k) {
+                    const A a = activation_forward(act, z[k]);
+                    next[k] = last ? a : round_to<T>(a);
+                }
+                if (keep_context) {
+                    std::copy(z.begin(), z.end(), ctx->pre[l].begin() + blk * n_out * B);
+                    std::copy(next.begin(), next.end(), ctx->post[l].begin() + blk * n_out * B);
+                }
+                std::swap(cur, next);
+            }
+            for (int64_t r = 0; r < nr; ++r)
+                for (uint32_t o = 0; o < m_l.n_output_dims; ++o) store_as(output, r0 + r, o, cur[o * B + r]);
+        }
+    });
+    return ctx;
+}
+
+// backward: dz_L = round_T(g * act_out'(z_L)); dW_l = sum_rows dz_l a_{l-1}^T; db_l = sum_rows dz_l;
+// dz_{l-1} = round_T((W_l^T dz_l) * act'(z_{l-1})); dL/dx = (W_0^T dz_0)[:n_in].
+template <typename T>
+void MlpReference<T>::backward(const Ctx& ctx, ConstView dL_doutput, View* dL_dinput, T* dL_dparams,
+                               const T* params, GradMode mode) const {
+    const int64_t rows = ctx.rows, B = kBlock;
+    const uint32_t n_layers = m_l.n_layers();
+    const size_t n_params = m_l.n_params();
+    const int64_t group_rows = reduction_group_rows(rows, B);
+    std::vector<A> grad(dL_dparams ? n_params : 0, A(0));
+
+    auto process_group = [&](int64_t g0, int64_t g1, A* dparams) {
+        std::vector<A> dz, dprev;
+        for (int64_t r0 = g0; r0 < g1; r0 += B) {
+            const int64_t blk = r0 / B, nr = std::min(B, rows - r0);
+            const uint32_t n_top = m_l.padded_output_dims;
+            dz.assign(static_cast<size_t>(n_top) * B, A(0));
+            const A* z_top = &ctx.pre[n_layers - 1][blk * n_top * B];
+            for (uint32_t o = 0; o < m_l.n_output_dims; ++o)
+                for (int64_t r = 0; r < nr; ++r)
+                    dz[o * B + r] = round_to<T>(load_as<T>(dL_doutput, r0 + r, o) *
+                                                activation_derivative(m_l.output_activation, z_top[o * B + r]));
+            for (int64_t l = n_layers - 1; l >= 0; --l) {
+                const uint32_t n_in = m_l.layer_in(l), n_out = m_l.layer_out(l);
+                const A* a_prev = l == 0 ? &ctx.input[blk * n_in * B] : &ctx.post[l - 1][blk * n_in * B];
+                if (dparams) {
+                    A* dW = dparams + m_l.weight_offset(l);
+                    for (uint32_t o = 0; o < n_out; ++o) {
+                        const A* dzo = &dz[o * B];
+                        for (uint32_t i = 0; i < n_in; ++i) {
+                            const A* ai = &a_prev[i * B];
+                            A s = A(0);
+                            for (int64_t r = 0; r < nr; ++r) s += dzo[r] * ai[r];
+                            dW[static_cast<size_t>(o) * n_in + i] += s;
+                        }
+                        if (m_l.bias) {
+                            A s = A(0);
+                            for (int64_t r = 0; r < nr; ++r) s += dzo[r];
+                            dparams[m_l.bias_offset(l) + o] += s;
+                        }
+                    }
+                }
+                if (l == 0 && !dL_dinput) break;
+                const T* W = params + m_l.weight_offset(l);
+                dprev.assign(static_cast<size_t>(n_in) * B, A(0));
+                for (uint32_t o = 0; o < n_out; ++o) {
+                    const A* dzo = &dz[o * B];
+                    for (uint32_t i = 0; i < n_in; ++i) {
+                        const A w = static_cast<A>(W[static_cast<size_t>(o) * n_in + i]);
+                        A* di = &dprev[i * B];
+                        for (int64_t r = 0; r < nr; ++r) di[r] += w * dzo[r];
+                    }
+                }
+                if (l == 0) {
+                    for (int64_t r = 0; r < nr; ++r)
+                        for (uint32_t i = 0; i < m_l.n_input_dims; ++i) store_as(*dL_dinput, r0 + r, i, dprev[i * B + r]);
+                    break;
+                }
+                const A* z_prev = &ctx.pre[l - 1][blk * n_in * B];
+                for (size_t k = 0; k < dprev.size(); ++k)
+                    dprev[k] = round_to<T>(dprev[k] * activation_derivative(m_l.activation, z_prev[k]));
+                std::swap(dz, dprev);
+            }
+        }
+    };
+
+    if (dL_dparams) {
+        parallel_reduce<A>(rows, group_rows, n_params, grad.data(),
+                           [&](int64_t g0, int64_t g1, A* partial) { process_group(g0, g1, partial); });
+        for (size_t i = 0; i < n_params; ++i)
+            dL_dparams[i] = mode == GradMode::accumulate ? T(static_cast<A>(dL_dparams[i]) + grad[i]) : T(grad[i]);
+    } else {
+        parallel_for(rows, group_rows, [&](int64_t g0, int64_t g1) { process_group(g0, g1, nullptr); });
+    }
+}
+
+template class MlpReference<float>;
+template class MlpReference<double>;
+template class MlpReference<half>;
+template class MlpReference<bfloat16>;
+
+namespace {
+
+class PortableMlp final : public Network {
+public:
+    PortableMlp(const MlpLayout& layout, DType dtype, DType output_dtype) : Network(layout, dtype, output_dtype) {}
+    std::string name() const override { return "PortableMLP"; }
+    bool supports_device(Device d) const override { return d.is_cpu(); }
+
+private:
+    template <typename F> decltype(auto) with_type(F&& f) const {
+        switch (param_dtype()) {
+            case DType::f64: return f(double{});
+            default: return f(float{});
+        }
+    }
+
+    void require_cpu(Device d) const {
+        if (d.is_gpu()) throw_no_gpu_backend(describe());
+    }
+
+    std::unique_ptr<Context> forward_impl(const Stream&, ConstView input, View output, const void* params,
+                                          bool) const override {
+        require_cpu(input.device);
+        return with_type([&](auto t) -> std::unique_ptr<Context> {
+            using T = decltype(t);
+            return MlpReference<T>(m_layout).forward(input, output, static_cast<const T*>(params), true);
+        });
+    }
+
+    void inference_impl(const Stream&, ConstView input, View output, const void* params) const override {
+        require_cpu(input.device);
+        with_type([&](auto t) {
+            using T = decltype(t);
+            MlpReference<T>(m_layout).forward(input, output, static_cast<const T*>(params), false);
+        });
+    }
+
+    void backward_impl(const Stream&, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
+                       View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
+        require_cpu(input.device);
+        with_type([&](auto t) {
+            using T = decltype(t);
+            const auto* c = dynamic_cast<const typename MlpReference<T>::Ctx*>(&ctx);
+            if (!c) throw Error(msg(describe(), ": backward got a context from another module"));
+            MlpReference<T>(m_layout).backward(*c, dL_doutput, dL_dinput, static_cast<T*>(dL_dparams),
+                                               static_cast<const T*>(params), mode);
+        });
+    }
+};
+
+}  // namespace
+
+void register_portable_mlp(Registry<NetworkFactory>& registry) {
+    registry.add("PortableMLP", NetworkFactory{DType::f32,
+                                               {DType::f32, DType::f64},
+                                               [](const MlpLayout& l, DType t, DType out, ConfigReader&) {
+                                                   return std::unique_ptr<Network>(new PortableMlp(l, t, out));
+                                               }});
+}
+
+}  // namespace tnn
