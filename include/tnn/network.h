@@ -54,5 +54,7 @@ protected:
 std::unique_ptr<Network> create_network(uint32_t n_input_dims, uint32_t n_output_dims, const json& config,
                                         float input_pad_value = 1.0f);
 std::vector<std::string> network_names();
+// The dtype a network config asks for: its "dtype" key, or its otype's default.
+DType network_dtype(const json& config);
 
 }  // namespace tnn

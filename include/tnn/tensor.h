@@ -78,6 +78,9 @@ class Buffer {
 public:
     Buffer() = default;
     Buffer(Device device, size_t bytes);
+    // Per-call scratch: on a GPU it comes from the stream-ordered caching allocator and goes back to
+    // it (for reuse by later work on the same stream) when the Buffer dies; no device sync, capture-safe.
+    static Buffer temporary(const Stream& stream, size_t bytes);
     ~Buffer();
     Buffer(Buffer&& o) noexcept;
     Buffer& operator=(Buffer&& o) noexcept;
@@ -95,6 +98,8 @@ private:
     Device m_device = Device::cpu();
     size_t m_bytes = 0;
     void* m_data = nullptr;
+    bool m_temporary = false;
+    void* m_stream = nullptr;  // native stream of a temporary GPU buffer
 };
 
 // A Buffer with a dtype and a [rows, cols] shape (contiguous).
@@ -102,6 +107,7 @@ class Tensor {
 public:
     Tensor() = default;
     Tensor(int64_t rows, int64_t cols, DType dtype, Device device = Device::cpu());
+    static Tensor temporary(const Stream& stream, int64_t rows, int64_t cols, DType dtype);  // see Buffer::temporary
 
     View view() { return View(m_buffer.data(), m_dtype, m_buffer.device(), m_rows, m_cols); }
     ConstView view() const { return ConstView(m_buffer.data(), m_dtype, m_buffer.device(), m_rows, m_cols); }
@@ -131,6 +137,8 @@ private:
 void copy(const Stream& stream, ConstView src, View dst);
 // Elementwise dtype conversion src -> dst (same shape and device; dtypes may differ).
 void convert(const Stream& stream, ConstView src, View dst);
+// dst += src elementwise (same shape, dtype and device).
+void add(const Stream& stream, ConstView src, View dst);
 // Fills a view with a value (converted to its dtype).
 void fill(const Stream& stream, View dst, double value);
 // Copies raw bytes between host and device (either direction, or within one).

@@ -21,7 +21,12 @@ void memcpy_2d(const Stream& stream, void* dst, size_t dst_pitch, const void* sr
 void synchronize(const Stream& stream);
 void convert(const Stream& stream, ConstView src, View dst);  // both on the GPU
 void fill(const Stream& stream, View dst, double value);      // on the GPU
+void add(const Stream& stream, ConstView src, View dst);        // dst += src, same dtype, on the GPU
 double sum(const Stream& stream, ConstView values);             // fp32/fp64 on the GPU; synchronises
 void free_temporary_memory();
+// Stream-ordered temporary memory from the caching allocator (capture-safe once warmed up): a block
+// freed on a stream may be reused by later work on that stream only.
+void* alloc_temporary(const Stream& stream, size_t bytes);
+void free_temporary(const Stream& stream, void* ptr, size_t bytes) noexcept;
 
 }  // namespace tnn::gpu_bridge

@@ -57,9 +57,26 @@ std::string describe(const ConstView& v) {
 Buffer::Buffer(Device device, size_t bytes) : m_device(device) { resize(bytes); }
 Buffer::~Buffer() { release(); }
 
-Buffer::Buffer(Buffer&& o) noexcept : m_device(o.m_device), m_bytes(o.m_bytes), m_data(o.m_data) {
+Buffer::Buffer(Buffer&& o) noexcept
+    : m_device(o.m_device), m_bytes(o.m_bytes), m_data(o.m_data), m_temporary(o.m_temporary), m_stream(o.m_stream) {
     o.m_bytes = 0;
     o.m_data = nullptr;
+}
+
+Buffer Buffer::temporary(const Stream& stream, size_t bytes) {
+    if (stream.device().is_cpu()) return Buffer(Device::cpu(), bytes);
+    Buffer b;
+    b.m_device = stream.device();
+    if (bytes == 0) return b;
+#ifdef TNN_WITH_GPU
+    b.m_data = gpu_bridge::alloc_temporary(stream, bytes);
+    b.m_bytes = bytes;
+    b.m_temporary = true;
+    b.m_stream = stream.native();
+#else
+    throw_no_gpu_backend("GPU memory allocation");
+#endif  // TNN_WITH_GPU
+    return b;
 }
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
@@ -68,6 +85,8 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
         m_device = o.m_device;
         m_bytes = o.m_bytes;
         m_data = o.m_data;
+        m_temporary = o.m_temporary;
+        m_stream = o.m_stream;
         o.m_bytes = 0;
         o.m_data = nullptr;
     }
@@ -80,11 +99,15 @@ void Buffer::release() {
         std::free(m_data);
     } else {
 #ifdef TNN_WITH_GPU
-        gpu_bridge::free(m_device.index, m_data);
+        if (m_temporary)
+            gpu_bridge::free_temporary(Stream::gpu(m_stream, m_device.index), m_data, m_bytes);
+        else
+            gpu_bridge::free(m_device.index, m_data);
 #endif  // TNN_WITH_GPU
     }
     m_data = nullptr;
     m_bytes = 0;
+    m_temporary = false;
 }
 
 void Buffer::resize(size_t bytes) {
@@ -109,6 +132,16 @@ Tensor::Tensor(int64_t rows, int64_t cols, DType dtype, Device device)
     : m_buffer(device, static_cast<size_t>(std::max<int64_t>(0, rows) * std::max<int64_t>(0, cols)) * dtype_size(dtype)),
       m_dtype(dtype), m_rows(rows), m_cols(cols) {
     if (rows < 0 || cols < 0) throw ShapeError(msg("Tensor: negative shape [", rows, ", ", cols, "]"));
+}
+
+Tensor Tensor::temporary(const Stream& stream, int64_t rows, int64_t cols, DType dtype) {
+    if (rows < 0 || cols < 0) throw ShapeError(msg("Tensor: negative shape [", rows, ", ", cols, "]"));
+    Tensor t;
+    t.m_buffer = Buffer::temporary(stream, static_cast<size_t>(rows * cols) * dtype_size(dtype));
+    t.m_dtype = dtype;
+    t.m_rows = rows;
+    t.m_cols = cols;
+    return t;
 }
 
 Tensor Tensor::to(Device device, const Stream& stream) const {
@@ -208,6 +241,30 @@ void convert(const Stream& stream, ConstView src, View dst) {
             using D = decltype(d);
             convert_cpu_typed<S, D>(src, dst);
         });
+    });
+}
+
+void add(const Stream& stream, ConstView src, View dst) {
+    check_same_shape("add", src, dst);
+    if (src.dtype != dst.dtype)
+        throw DTypeError(msg("add: dtypes differ (", dtype_name(src.dtype), " vs ", dtype_name(dst.dtype), ")"));
+    if (src.device != dst.device)
+        throw DeviceError(msg("add: devices differ (", src.device.str(), " vs ", dst.device.str(), ")"));
+    if (src.rows == 0 || src.cols == 0) return;
+    if (dst.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+        gpu_bridge::add(stream, src, dst);
+        return;
+#else
+        throw_no_gpu_backend("add on the GPU");
+#endif  // TNN_WITH_GPU
+    }
+    dispatch_dtype(dst.dtype, [&](auto d) {
+        using D = decltype(d);
+        using A = acc_t<D>;
+        for (int64_t r = 0; r < dst.rows; ++r)
+            for (int64_t c = 0; c < dst.cols; ++c)
+                dst.at<D>(r, c) = D(static_cast<A>(dst.at<D>(r, c)) + static_cast<A>(src.at<D>(r, c)));
     });
 }
 

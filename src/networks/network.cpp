@@ -87,6 +87,14 @@ const Registry<NetworkFactory>& network_registry() {
 
 std::vector<std::string> network_names() { return network_registry().names(); }
 
+DType network_dtype(const json& config) {
+    const NetworkFactory& factory = network_registry().get(require_otype(config, "network"));
+    auto it = config.find("dtype");
+    if (it == config.end()) return factory.default_dtype;
+    if (!it->is_string()) throw ConfigError(msg("network: key 'dtype' must be a string, got ", it->dump()));
+    return parse_dtype(it->get<std::string>());
+}
+
 std::unique_ptr<Network> create_network(uint32_t n_input_dims, uint32_t n_output_dims, const json& config,
                                         float input_pad_value) {
     const std::string otype = require_otype(config, "network");
