@@ -1,0 +1,33 @@
+# The two commands a new user needs (see README): `make demo` and `make test`. Both install their
+# Debian packages through scripts/install_deps.sh (fast when present) and build with CMake + Ninja.
+# `make gpu-check` is the script run on a GPU machine (builds with CUDA for sm_90, runs gpu tests).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+NVCC := $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+CMAKE_FLAGS ?=
+ifneq ($(NVCC),)
+CUDA_FLAGS := -DTNN_CUDA=ON -DCMAKE_CUDA_COMPILER=$(NVCC)
+else
+CUDA_FLAGS := -DTNN_CUDA=OFF
+endif
+
+.PHONY: demo test gpu-check clean
+
+demo:
+	@scripts/install_deps.sh build
+	@cmake -S . -B $(BUILD) -G Ninja $(CUDA_FLAGS) -DTNN_TESTS=OFF -DTNN_PYTHON=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) --target tnn_app -j $(JOBS)
+	@mkdir -p out
+	$(BUILD)/tnn fit-image --out out/demo.png --json out/demo.json
+
+test:
+	@scripts/install_deps.sh build test python
+	@cmake -S . -B $(BUILD) -G Ninja $(CUDA_FLAGS) -DTNN_TESTS=ON -DTNN_PYTHON=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+gpu-check:
+	@bash scripts/gpu_check.sh
+
+clean:
+	rm -rf $(BUILD) out

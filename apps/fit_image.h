@@ -1,0 +1,30 @@
+// `tnn fit-image`: trains a NetworkWithInputEncoding to reproduce an image (tcnn's image sample):
+// random pixel coordinates per step, bilinear targets at pixel centres, the config's loss and
+// optimizer; reports loss, PSNR, steps/s; writes the reconstruction and optional JSON metrics.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tnn::app {
+
+struct FitImageOptions {
+    std::string image;        // empty: the bundled default image
+    std::string config;       // empty: the bundled default config for the device
+    std::string device = "auto";
+    std::string out = "fit.png";
+    std::string json;         // metrics file, optional
+    std::string save, resume; // checkpoint paths, optional
+    uint32_t steps = 2000;
+    uint32_t batch = 1u << 14;
+    uint64_t seed = 1337;
+    uint32_t eval_interval = 250;
+    int threads = 0;
+};
+
+int fit_image(const FitImageOptions& options);
+
+// Where the bundled data lives: $TNN_DATA_DIR, else ./data, else the source tree's data/.
+std::string data_path(const std::string& file);
+
+}  // namespace tnn::app

@@ -1,0 +1,174 @@
+// Trainer: parameters (fp32 master + model dtype copy), gradients and per-step buffers on one
+// device; step = forward, loss, backward, optimizer, all queued on the caller's stream.
+#include <tnn/checkpoint.h>
+#include <tnn/trainer.h>
+
+namespace tnn {
+
+struct Trainer::Impl {
+    Buffer params_fp32, params, grads;
+    // Per-step buffers, reused while the batch size stays the same.
+    Tensor output, dL_doutput, loss_values, inference_params;
+    json config;
+    int64_t batch = -1;  // rows the per-step buffers are sized for
+    bool has_loss = false;
+};
+
+namespace {
+
+json full_config(const Module& model, const Loss& loss, const Optimizer& opt) {
+    json j = {{"loss", loss.hyperparams()}, {"optimizer", opt.hyperparams()}};
+    if (const auto* nwie = dynamic_cast<const NetworkWithInputEncoding*>(&model)) {
+        j["encoding"] = nwie->encoding().hyperparams();
+        j["network"] = nwie->network().hyperparams();
+    } else {
+        j["model"] = model.hyperparams();
+    }
+    return j;
+}
+
+DType target_dtype(const Module& m) { return m.param_dtype() == DType::f64 ? DType::f64 : DType::f32; }
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<Module> model, std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer,
+                 Device device, uint64_t seed)
+    : m_impl(std::make_unique<Impl>()), m_model(std::move(model)), m_loss(std::move(loss)),
+      m_optimizer(std::move(optimizer)), m_device(device), m_seed(seed) {
+    if (!m_model || !m_loss || !m_optimizer) throw ConfigError("Trainer: model, loss and optimizer must not be null");
+    if (!m_model->supports_device(device))
+        throw UnsupportedError(msg("Trainer: ", m_model->describe(), " does not run on ", device.str()));
+    const DType t = m_model->param_dtype();
+    m_loss_scale = (t == DType::f16 || t == DType::bf16) ? 128.0f : 1.0f;
+    const size_t n = m_model->n_params();
+    m_impl->params_fp32 = Buffer(device, n * sizeof(float));
+    m_impl->params = t == DType::f32 ? Buffer() : Buffer(device, n * dtype_size(t));
+    m_impl->grads = Buffer(device, n * dtype_size(t));
+    m_impl->config = full_config(*m_model, *m_loss, *m_optimizer);
+
+    std::vector<float> init(n);
+    m_model->init_params(seed, init.data());
+    set_params(device.is_cpu() ? Stream::cpu() : Stream::gpu(nullptr, device.index), init.data());
+    if (device.is_gpu()) Stream::gpu(nullptr, device.index).synchronize();
+}
+
+Trainer::Trainer(uint32_t n_input_dims, uint32_t n_output_dims, const json& config, Device device, uint64_t seed)
+    : Trainer(create_model(n_input_dims, n_output_dims, config),
+              create_loss(config.value("loss", json{{"otype", "L2"}})),
+              create_optimizer(config.value("optimizer", json{{"otype", "Adam"}})), device, seed) {}
+
+Trainer::~Trainer() = default;
+
+uint32_t Trainer::step_count() const { return m_optimizer->step_count(); }
+json Trainer::config() const { return m_impl->config; }
+const float* Trainer::params_fp32() const { return m_impl->params_fp32.ptr<float>(); }
+const void* Trainer::params() const {
+    return m_model->param_dtype() == DType::f32 ? m_impl->params_fp32.data() : m_impl->params.data();
+}
+
+std::vector<float> Trainer::params_host(const Stream& stream) const {
+    std::vector<float> out(m_model->n_params());
+    copy_bytes(stream, out.data(), Device::cpu(), m_impl->params_fp32.data(), m_device, out.size() * sizeof(float));
+    stream.synchronize();
+    return out;
+}
+
+void Trainer::set_params(const Stream& stream, const float* host_params) {
+    const size_t n = m_model->n_params();
+    copy_bytes(stream, m_impl->params_fp32.data(), m_device, host_params, Device::cpu(), n * sizeof(float));
+    if (m_model->param_dtype() != DType::f32 && n > 0) {
+        const ConstView src(m_impl->params_fp32.data(), DType::f32, m_device, 1, static_cast<int64_t>(n));
+        convert(stream, src, View(m_impl->params.data(), m_model->param_dtype(), m_device, 1, static_cast<int64_t>(n)));
+    }
+    m_optimizer->allocate(m_device, n, m_model->n_matrix_params());
+    m_impl->has_loss = false;
+}
+
+void Trainer::step(const Stream& stream, ConstView input, ConstView target, const ConstView* data_pdf) {
+    const std::string who = "Trainer::step";
+    if (stream.device() != m_device || input.device != m_device)
+        throw DeviceError(msg(who, ": the trainer lives on ", m_device.str(), " but got a stream on ",
+                              stream.device().str(), " and input on ", input.device.str()));
+    if (target.rows != input.rows || target.cols != m_model->n_output_dims())
+        throw ShapeError(msg(who, ": target must be [", input.rows, ", ", m_model->n_output_dims(), "], got ",
+                             describe(target)));
+    if (target.dtype != target_dtype(*m_model))
+        throw DTypeError(msg(who, ": target must be ", dtype_name(target_dtype(*m_model)), ", got ", dtype_name(target.dtype)));
+
+    Impl& s = *m_impl;
+    const int64_t rows = input.rows, n_out = m_model->n_output_dims();
+    if (s.batch != rows) {
+        s.batch = rows;
+        s.output = Tensor(rows, n_out, m_model->output_dtype(), m_device);
+        s.dL_doutput = Tensor(rows, n_out, m_model->output_dtype(), m_device);
+        s.loss_values = Tensor(rows, n_out, target_dtype(*m_model), m_device);
+    }
+    const DType t = m_model->param_dtype();
+    auto ctx = m_model->forward(stream, input, s.output.view(), params(), false);
+    m_loss->evaluate(stream, m_loss_scale, s.output.view(), target, data_pdf, s.loss_values.view(), s.dL_doutput.view());
+    m_model->backward(stream, *ctx, input, s.output.view(), s.dL_doutput.view(), nullptr, s.grads.data(), params(),
+                      GradMode::overwrite);
+    void* weights = t == DType::f32 ? s.params_fp32.data() : s.params.data();
+    m_optimizer->step(stream, m_loss_scale, s.params_fp32.ptr<float>(), weights, t, s.grads.data(), t);
+    s.has_loss = true;
+}
+
+double Trainer::loss(const Stream& stream) const {
+    if (!m_impl->has_loss) throw Error("Trainer::loss: no training step has run since the parameters were set");
+    return sum(stream, m_impl->loss_values.view());
+}
+
+void Trainer::inference(const Stream& stream, ConstView input, View output) const {
+    const float* w = m_optimizer->inference_weights_fp32();
+    if (!w) {
+        m_model->inference(stream, input, output, params());
+        return;
+    }
+    const DType t = m_model->param_dtype();
+    const int64_t n = static_cast<int64_t>(m_model->n_params());
+    if (t == DType::f32) {
+        m_model->inference(stream, input, output, w);
+        return;
+    }
+    Tensor& p = m_impl->inference_params;
+    if (p.numel() != n || p.dtype() != t) p = Tensor(1, n, t, m_device);
+    convert(stream, ConstView(w, DType::f32, m_device, 1, n), p.view());
+    m_model->inference(stream, input, output, p.data());
+}
+
+void Trainer::save(const Stream& stream, const std::string& path) const {
+    CheckpointData d;
+    d.config = m_impl->config;
+    d.n_input_dims = m_model->n_input_dims();
+    d.n_output_dims = m_model->n_output_dims();
+    d.param_dtype = m_model->param_dtype();
+    d.seed = m_seed;
+    d.step = m_optimizer->step_count();
+    d.params_fp32 = params_host(stream);
+    d.optimizer_state = m_optimizer->state(stream);
+    write_checkpoint(path, d);
+}
+
+void Trainer::load(const Stream& stream, const std::string& path) {
+    CheckpointData d = read_checkpoint(path);
+    auto mismatch = [&](const std::string& what) {
+        return CheckpointError(msg("checkpoint '", path, "' does not fit this trainer: ", what));
+    };
+    if (d.n_input_dims != m_model->n_input_dims() || d.n_output_dims != m_model->n_output_dims())
+        throw mismatch(msg("it has ", d.n_input_dims, " -> ", d.n_output_dims, " dims, the trainer ",
+                           m_model->n_input_dims(), " -> ", m_model->n_output_dims()));
+    if (d.param_dtype != m_model->param_dtype())
+        throw mismatch(msg("parameter dtype ", dtype_name(d.param_dtype), " vs ", dtype_name(m_model->param_dtype())));
+    for (const char* key : {"encoding", "network", "model", "loss", "optimizer"}) {
+        const json mine = m_impl->config.value(key, json()), theirs = d.config.value(key, json());
+        if (mine != theirs) throw mismatch(msg("'", key, "' differs: checkpoint ", theirs.dump(), ", trainer ", mine.dump()));
+    }
+    if (d.params_fp32.size() != m_model->n_params())
+        throw mismatch(msg(d.params_fp32.size(), " parameters vs ", m_model->n_params()));
+    set_params(stream, d.params_fp32.data());
+    m_optimizer->load_state(stream, d.optimizer_state);
+    m_seed = d.seed;
+    stream.synchronize();
+}
+
+}  // namespace tnn

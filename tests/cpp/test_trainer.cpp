@@ -1,0 +1,197 @@
+// Trainer and checkpoints: training reduces the loss, EMA weights drive inference, save/load
+// resumes bit for bit (in this process and in new `tnn` processes), and damaged or mismatched
+// checkpoints are refused with a CheckpointError while the file and the trainer stay untouched.
+#include "test_util.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+using namespace tnn;
+
+namespace {
+
+json small_config(const json& optimizer = {{"otype", "Adam"}, {"learning_rate", 1e-2}}) {
+    return {{"encoding", {{"otype", "Identity"}}},
+            {"network", {{"otype", "PortableMLP"}, {"n_neurons", 16}, {"n_hidden_layers", 2}, {"activation", "Tanh"}}},
+            {"loss", {{"otype", "L2"}}},
+            {"optimizer", optimizer}};
+}
+
+// y = (sin 3x0, x0 * x1) on [-1,1]^2, a fixed batch per step index.
+void make_batch(uint32_t step, int64_t rows, Tensor& x, Tensor& y) {
+    Pcg32 rng(99, step);
+    for (int64_t r = 0; r < rows; ++r) {
+        const float a = rng.next_float() * 2 - 1, b = rng.next_float() * 2 - 1;
+        x.ptr<float>()[r * 2] = a;
+        x.ptr<float>()[r * 2 + 1] = b;
+        y.ptr<float>()[r * 2] = std::sin(3 * a);
+        y.ptr<float>()[r * 2 + 1] = a * b;
+    }
+}
+
+void train(Trainer& t, uint32_t steps, int64_t rows = 64) {
+    Tensor x(rows, 2, DType::f32), y(rows, 2, DType::f32);
+    for (uint32_t i = 0; i < steps; ++i) {
+        make_batch(t.step_count(), rows, x, y);
+        t.step(Stream::cpu(), x.view(), y.view());
+    }
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+void write_file(const std::string& path, const std::string& data) { std::ofstream(path, std::ios::binary) << data; }
+
+std::string temp_path(const std::string& name) {
+    return std::string(TNN_BINARY_DIR) + "/test_tmp_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+           "_" + name;
+}
+
+}  // namespace
+
+TEST(Trainer, ReducesLoss) {
+    Trainer t(2, 2, small_config(), Device::cpu(), 1);
+    train(t, 1);
+    const double first = t.loss(Stream::cpu());
+    train(t, 300);
+    const double last = t.loss(Stream::cpu());
+    EXPECT_LT(last, first / 10) << first << " -> " << last;
+    EXPECT_EQ(t.step_count(), 301u);
+    EXPECT_EQ(t.loss_scale(), 1.0f);
+}
+
+TEST(Trainer, EmaWeightsDriveInference) {
+    Trainer t(2, 2, small_config({{"otype", "EMA"}, {"decay", 0.9}, {"nested", {{"otype", "Adam"}, {"learning_rate", 1e-2}}}}),
+              Device::cpu(), 1);
+    train(t, 20);
+    const float* ema = t.optimizer().inference_weights_fp32();
+    ASSERT_NE(ema, nullptr);
+    Tensor x = test::random_tensor(8, 2, DType::f32, -1, 1, 5), a(8, 2, DType::f32), b(8, 2, DType::f32), c(8, 2, DType::f32);
+    t.inference(Stream::cpu(), x.view(), a.view());
+    t.model().inference(Stream::cpu(), x.view(), b.view(), ema);
+    t.model().inference(Stream::cpu(), x.view(), c.view(), t.params());
+    EXPECT_EQ(a.to_float_vector(), b.to_float_vector());
+    EXPECT_NE(a.to_float_vector(), c.to_float_vector());
+}
+
+TEST(Trainer, ResumeIsBitExact) {
+    Trainer straight(2, 2, small_config(), Device::cpu(), 7);
+    train(straight, 30);
+    Trainer first(2, 2, small_config(), Device::cpu(), 7);
+    train(first, 12);
+    const std::string path = temp_path("resume.tnn");
+    first.save(Stream::cpu(), path);
+    Trainer resumed(2, 2, small_config(), Device::cpu(), 7);
+    resumed.load(Stream::cpu(), path);
+    EXPECT_EQ(resumed.step_count(), 12u);
+    train(resumed, 18);
+    EXPECT_EQ(resumed.params_host(Stream::cpu()), straight.params_host(Stream::cpu()));
+    EXPECT_EQ(resumed.loss(Stream::cpu()), straight.loss(Stream::cpu()));
+    std::remove(path.c_str());
+}
+
+TEST(Trainer, ResumeInNewProcessesIsBitExact) {
+    const std::string tnn = std::string(TNN_BINARY_DIR) + "/tnn";
+    const std::string cfg = temp_path("cfg.json"), a = temp_path("a.tnn"), b = temp_path("b.tnn"), c = temp_path("c.tnn");
+    json config = small_config();
+    config["encoding"] = {{"otype", "Identity"}};
+    write_file(cfg, config.dump());
+    const std::string common = " --config " + cfg + " --batch 256 --eval-interval 5 --out " + temp_path("o.png") + " > /dev/null";
+    ASSERT_EQ(std::system((tnn + " fit-image --device cpu --steps 6 --save " + a + common).c_str()), 0);
+    ASSERT_EQ(std::system((tnn + " fit-image --device cpu --steps 15 --resume " + a + " --save " + b + common).c_str()), 0);
+    ASSERT_EQ(std::system((tnn + " fit-image --device cpu --steps 15 --save " + c + common).c_str()), 0);
+    const CheckpointData rb = read_checkpoint(b), rc = read_checkpoint(c);
+    EXPECT_EQ(rb.step, 15u);
+    EXPECT_EQ(rb.params_fp32, rc.params_fp32);
+    ASSERT_EQ(rb.optimizer_state.size(), rc.optimizer_state.size());
+    for (size_t i = 0; i < rb.optimizer_state.size(); ++i) EXPECT_EQ(rb.optimizer_state[i].bytes, rc.optimizer_state[i].bytes);
+    for (const auto& p : {cfg, a, b, c, temp_path("o.png")}) std::remove(p.c_str());
+}
+
+TEST(Checkpoint, DamagedOrForeignFilesAreRefusedAndNothingIsLost) {
+    Trainer t(2, 2, small_config(), Device::cpu(), 3);
+    train(t, 5);
+    const std::string good = temp_path("good.tnn");
+    t.save(Stream::cpu(), good);
+    const std::string bytes = read_file(good);
+    ASSERT_GT(bytes.size(), 200u);
+
+    Trainer victim(2, 2, small_config(), Device::cpu(), 11);
+    const auto victim_params = victim.params_host(Stream::cpu());
+    auto expect_refused = [&](const std::string& data, const std::string& needle) {
+        const std::string path = temp_path("bad.tnn");
+        write_file(path, data);
+        try {
+            victim.load(Stream::cpu(), path);
+            ADD_FAILURE() << "accepted a checkpoint that should say: " << needle;
+        } catch (const CheckpointError& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(read_file(path), data);                                 // the file on disk is untouched
+        EXPECT_EQ(victim.params_host(Stream::cpu()), victim_params);      // the trainer is untouched
+        std::remove(path.c_str());
+    };
+    std::string flipped = bytes;
+    flipped[bytes.size() - 40] ^= 0x10;  // inside the optimizer state
+    expect_refused(flipped, "checksum");
+    std::string flipped_header = bytes;
+    flipped_header[30] ^= 0x01;  // inside the JSON header
+    expect_refused(flipped_header, "corrupt");
+    expect_refused(bytes.substr(0, bytes.size() / 2), "truncated");
+    expect_refused(bytes.substr(0, bytes.size() - 1), "truncated");
+    expect_refused(bytes.substr(0, 5), "magic");
+    std::string magic = bytes;
+    magic[0] = 'X';
+    expect_refused(magic, "magic");
+    std::string newer = bytes.substr(0, bytes.size() - 8);
+    const uint32_t v2 = kCheckpointVersion + 1;
+    std::memcpy(&newer[8], &v2, 4);
+    const uint64_t sum = checksum64(newer.data(), newer.size());
+    newer.append(reinterpret_cast<const char*>(&sum), 8);
+    expect_refused(newer, "newer");
+
+    Trainer wider(2, 2, [] {
+        json c = small_config();
+        c["network"]["n_neurons"] = 32;
+        return c;
+    }(), Device::cpu(), 3);
+    EXPECT_THROW(wider.load(Stream::cpu(), good), CheckpointError);
+    Trainer other_dims(3, 2, small_config(), Device::cpu(), 3);
+    EXPECT_THROW(other_dims.load(Stream::cpu(), good), CheckpointError);
+    EXPECT_THROW(victim.load(Stream::cpu(), temp_path("missing.tnn")), CheckpointError);
+    EXPECT_EQ(read_file(good), bytes);
+    std::remove(good.c_str());
+}
+
+TEST(Checkpoint, WriteIsAtomic) {
+    // A failed write (unwritable folder) leaves the previous file intact and no temporary behind.
+    CheckpointData d;
+    d.config = {{"x", 1}};
+    d.params_fp32 = {1, 2, 3};
+    const std::string path = temp_path("atomic.tnn");
+    write_checkpoint(path, d);
+    const std::string before = read_file(path);
+    EXPECT_THROW(write_checkpoint("/nonexistent-dir/x.tnn", d), CheckpointError);
+    d.params_fp32 = {4, 5, 6};
+    write_checkpoint(path, d);
+    EXPECT_NE(read_file(path), before);
+    EXPECT_EQ(read_checkpoint(path).params_fp32, (std::vector<float>{4, 5, 6}));
+    std::remove(path.c_str());
+}
+
+TEST(Trainer, BadCalls) {
+    Trainer t(2, 2, small_config(), Device::cpu(), 1);
+    Tensor x(4, 2, DType::f32), y(4, 2, DType::f32);
+    EXPECT_THROW(t.step(Stream::cpu(), x.view(), Tensor(5, 2, DType::f32).view()), ShapeError);
+    EXPECT_THROW(t.step(Stream::cpu(), x.view(), Tensor(4, 3, DType::f32).view()), ShapeError);
+    EXPECT_THROW(t.step(Stream::cpu(), x.view(), Tensor(4, 2, DType::f64).view()), DTypeError);
+    EXPECT_THROW(t.loss(Stream::cpu()), Error);  // no step yet
+    EXPECT_THROW(Trainer(2, 2, {{"network", {{"otype", "PortableMLP"}}}, {"loss", {{"otype", "Nope"}}}}, Device::cpu()),
+                 ConfigError);
+    EXPECT_THROW(Trainer(2, 2, {{"network", {{"otype", "PortableMLP"}}}, {"optimizer", {{"otype", "Adam"}, {"learning_rate", "x"}}}},
+                         Device::cpu()),
+                 ConfigError);
+}
