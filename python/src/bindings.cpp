@@ -1,0 +1,222 @@
+// tinycudann._C: the compiled half of the Python package. It never includes torch headers: tensors
+// cross as raw addresses (Python ints), row counts, dtype names, a device index and a native stream
+// handle, so one build works with every torch version. Nothing here synchronises a device.
+#include <tnn/tnn.h>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace py = pybind11;
+
+namespace {
+
+// Where a call runs: device < 0 is the CPU, otherwise a GPU index with its native stream handle
+// (cudaStream_t / hipStream_t as an integer; 0 is the legacy default stream).
+tnn::Stream make_stream(int device, uintptr_t stream) {
+    if (device < 0) return tnn::Stream::cpu();
+    return tnn::Stream::gpu(reinterpret_cast<void*>(stream), device);
+}
+
+tnn::Device make_device(int device) { return device < 0 ? tnn::Device::cpu() : tnn::Device::gpu(device); }
+
+void* ptr(uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+// Configs arrive as dicts (or JSON text); nlohmann parses the JSON text that Python's json module writes.
+tnn::json to_json(const py::object& config) {
+    if (py::isinstance<py::str>(config)) return tnn::json::parse(config.cast<std::string>());
+    const auto text = py::module_::import("json").attr("dumps")(config).cast<std::string>();
+    return tnn::json::parse(text);
+}
+
+py::object to_python(const tnn::json& j) { return py::module_::import("json").attr("loads")(j.dump()); }
+
+// One forward pass's state, kept by the autograd node that made it. It also keeps the module alive,
+// so a context outliving its Python module still points at valid code.
+struct NativeContext {
+    std::shared_ptr<const tnn::Module> module;
+    std::unique_ptr<tnn::Context> ctx;
+    int64_t rows = 0;
+    int device = -1;
+};
+
+class NativeModule {
+public:
+    explicit NativeModule(std::shared_ptr<tnn::Module> m) : m_module(std::move(m)) {}
+
+    uint32_t n_input_dims() const { return m_module->n_input_dims(); }
+    uint32_t n_output_dims() const { return m_module->n_output_dims(); }
+    size_t n_params() const { return m_module->n_params(); }
+    std::string param_dtype() const { return tnn::dtype_name(m_module->param_dtype()); }
+    std::string output_dtype() const { return tnn::dtype_name(m_module->output_dtype()); }
+    std::string input_dtype() const { return tnn::dtype_name(m_module->input_dtype()); }
+    bool accepts_input_dtype(const std::string& t) const { return m_module->accepts_input_dtype(tnn::parse_dtype(t)); }
+    std::string name() const { return m_module->name(); }
+    std::string describe() const { return m_module->describe(); }
+    py::object hyperparams() const { return to_python(m_module->hyperparams()); }
+    bool supports_device(int device) const { return m_module->supports_device(make_device(device)); }
+    bool supports_backward_backward() const { return m_module->supports_backward_backward(); }
+
+    // Fills n_params() fp32 values at a host address.
+    void initial_params(uint64_t seed, uintptr_t params_fp32) const {
+        m_module->init_params(seed, static_cast<float*>(ptr(params_fp32)));
+    }
+
+    void inference(int device, uintptr_t stream, int64_t rows, uintptr_t input, const std::string& input_dtype,
+                   uintptr_t output, uintptr_t params) const {
+        const tnn::DType in_t = tnn::parse_dtype(input_dtype);
+        py::gil_scoped_release release;
+        const tnn::Stream s = make_stream(device, stream);
+        m_module->inference(s, in_view(device, rows, input, in_t), out_view(device, rows, output), ptr(params));
+    }
+
+    NativeContext forward(int device, uintptr_t stream, int64_t rows, uintptr_t input, const std::string& input_dtype,
+                      uintptr_t output, uintptr_t params, bool prepare_input_gradients) const {
+        const tnn::DType in_t = tnn::parse_dtype(input_dtype);
+        NativeContext c;
+        c.module = m_module;
+        c.rows = rows;
+        c.device = device;
+        py::gil_scoped_release release;
+        const tnn::Stream s = make_stream(device, stream);
+        c.ctx = m_module->forward(s, in_view(device, rows, input, in_t), out_view(device, rows, output), ptr(params),
+                                  prepare_input_gradients);
+        return c;
+    }
+
+    // Optional outputs (dL_dinput, dL_dparams) are absent when their address is 0.
+    void backward(const NativeContext& ctx, int device, uintptr_t stream, int64_t rows, uintptr_t input,
+                  const std::string& input_dtype, uintptr_t output, uintptr_t dL_doutput, uintptr_t dL_dinput,
+                  uintptr_t dL_dparams, uintptr_t params, bool accumulate) const {
+        check_context(ctx, device, rows, "backward");
+        const tnn::DType in_t = tnn::parse_dtype(input_dtype);
+        py::gil_scoped_release release;
+        const tnn::Stream s = make_stream(device, stream);
+        tnn::View dL_din = in_view(device, rows, dL_dinput, in_t);
+        m_module->backward(s, *ctx.ctx, in_view(device, rows, input, in_t), out_view(device, rows, output),
+                           out_view(device, rows, dL_doutput), dL_dinput ? &dL_din : nullptr, ptr(dL_dparams),
+                           ptr(params), accumulate ? tnn::GradMode::accumulate : tnn::GradMode::overwrite);
+    }
+
+    void backward_backward_input(const NativeContext& ctx, int device, uintptr_t stream, int64_t rows, uintptr_t input,
+                                 const std::string& input_dtype, uintptr_t dL_ddLdinput, uintptr_t dL_doutput,
+                                 uintptr_t dL_ddLdoutput, uintptr_t dL_dinput, uintptr_t dL_dparams, uintptr_t params,
+                                 bool accumulate) const {
+        check_context(ctx, device, rows, "backward_backward_input");
+        const tnn::DType in_t = tnn::parse_dtype(input_dtype);
+        py::gil_scoped_release release;
+        const tnn::Stream s = make_stream(device, stream);
+        tnn::View dL_ddLdout = out_view(device, rows, dL_ddLdoutput);
+        tnn::View dL_din = in_view(device, rows, dL_dinput, in_t);
+        m_module->backward_backward_input(s, *ctx.ctx, in_view(device, rows, input, in_t),
+                                          in_view(device, rows, dL_ddLdinput, in_t), out_view(device, rows, dL_doutput),
+                                          dL_ddLdoutput ? &dL_ddLdout : nullptr, dL_dinput ? &dL_din : nullptr,
+                                          ptr(dL_dparams), ptr(params),
+                                          accumulate ? tnn::GradMode::accumulate : tnn::GradMode::overwrite);
+    }
+
+private:
+    // Contiguous [rows, n] views; the module's own checks then validate shapes, dtypes and devices.
+    tnn::View in_view(int device, int64_t rows, uintptr_t address, tnn::DType t) const {
+        return tnn::View(ptr(address), t, make_device(device), rows, m_module->n_input_dims());
+    }
+    tnn::View out_view(int device, int64_t rows, uintptr_t address) const {
+        return tnn::View(ptr(address), m_module->output_dtype(), make_device(device), rows, m_module->n_output_dims());
+    }
+    void check_context(const NativeContext& ctx, int device, int64_t rows, const char* method) const {
+        if (!ctx.ctx || ctx.module != m_module)
+            throw tnn::Error(tnn::msg(m_module->describe(), " ", method, ": the context comes from another module"));
+        if (ctx.rows != rows || ctx.device != device)
+            throw tnn::ShapeError(tnn::msg(m_module->describe(), " ", method, ": the context is for ", ctx.rows,
+                                           " rows on ", make_device(ctx.device).str(), ", the call passes ", rows,
+                                           " rows on ", make_device(device).str()));
+    }
+
+    std::shared_ptr<tnn::Module> m_module;
+};
+
+// Library warnings (unknown config keys, ...) become Python UserWarnings, so `warnings` filters and
+// pytest see them. A filter that turns warnings into errors raises from the call that warned.
+void forward_log_to_python(tnn::LogLevel level, const std::string& message) {
+    if (!Py_IsInitialized()) return;
+    py::gil_scoped_acquire gil;
+    if (level == tnn::LogLevel::info) return;
+    if (PyErr_WarnEx(PyExc_UserWarning, ("tinycudann: " + message).c_str(), 1) != 0) throw py::error_already_set();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+    m.doc() = "tiny-rdna4-nn modules over raw pointers; use the tinycudann package, not this module directly";
+
+    // tnn errors keep their message and become the Python exception their kind calls for.
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const tnn::DTypeError& e) {
+            PyErr_SetString(PyExc_TypeError, e.what());
+        } catch (const tnn::ConfigError& e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const tnn::ShapeError& e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const tnn::UnsupportedError& e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const tnn::InputError& e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const tnn::Error& e) {  // DeviceError, CheckpointError and plain Error
+            PyErr_SetString(PyExc_RuntimeError, e.what());
+        } catch (const tnn::json::exception& e) {
+            PyErr_SetString(PyExc_ValueError, (std::string("tinycudann: invalid JSON config: ") + e.what()).c_str());
+        }
+    });
+    tnn::set_log_callback(forward_log_to_python);
+
+    py::class_<NativeContext>(m, "Context");
+
+    py::class_<NativeModule>(m, "Module")
+        .def("n_input_dims", &NativeModule::n_input_dims)
+        .def("n_output_dims", &NativeModule::n_output_dims)
+        .def("n_params", &NativeModule::n_params)
+        .def("param_dtype", &NativeModule::param_dtype)
+        .def("output_dtype", &NativeModule::output_dtype)
+        .def("input_dtype", &NativeModule::input_dtype)
+        .def("accepts_input_dtype", &NativeModule::accepts_input_dtype)
+        .def("name", &NativeModule::name)
+        .def("describe", &NativeModule::describe)
+        .def("hyperparams", &NativeModule::hyperparams)
+        .def("supports_device", &NativeModule::supports_device, py::arg("device"))
+        .def("supports_backward_backward", &NativeModule::supports_backward_backward)
+        .def("initial_params", &NativeModule::initial_params, py::arg("seed"), py::arg("params_fp32"))
+        .def("inference", &NativeModule::inference)
+        .def("forward", &NativeModule::forward)
+        .def("backward", &NativeModule::backward)
+        .def("backward_backward_input", &NativeModule::backward_backward_input);
+
+    m.def("create_encoding", [](uint32_t n_input_dims, const py::object& config, const std::string& dtype) {
+        return NativeModule(tnn::create_encoding(n_input_dims, to_json(config), tnn::parse_dtype(dtype)));
+    });
+    m.def("create_network", [](uint32_t n_input_dims, uint32_t n_output_dims, const py::object& config) {
+        return NativeModule(tnn::create_network(n_input_dims, n_output_dims, to_json(config)));
+    });
+    m.def("create_network_with_input_encoding", [](uint32_t n_input_dims, uint32_t n_output_dims,
+                                                   const py::object& encoding, const py::object& network) {
+        return NativeModule(tnn::create_network_with_input_encoding(n_input_dims, n_output_dims, to_json(encoding),
+                                                                to_json(network)));
+    });
+    m.def("network_dtype", [](const py::object& config) { return std::string(tnn::dtype_name(tnn::network_dtype(to_json(config)))); });
+    m.def("encoding_names", &tnn::encoding_names);
+    m.def("network_names", &tnn::network_names);
+
+    m.def("version", &tnn::version);
+    m.def("has_gpu_backend", &tnn::has_gpu_backend);
+    m.def("gpu_backend_name", &tnn::gpu_backend_name);
+    m.def("gpu_device_count", &tnn::gpu_device_count);
+    m.def("free_temporary_memory", &tnn::free_temporary_memory);
+    m.def("set_deterministic", &tnn::set_deterministic);
+    m.def("deterministic", &tnn::deterministic);
+    m.def("set_num_threads", &tnn::set_num_threads);
+    m.def("num_threads", &tnn::num_threads);
+}

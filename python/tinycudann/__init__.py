@@ -1,0 +1,30 @@
+# tinycudann: tiny-rdna4-nn's drop-in for NVlabs' tiny-cuda-nn PyTorch package. Same names and
+# behaviour (see docs/python.md), plus CPU tensors, any batch size and every tiny-rdna4-nn backend.
+try:
+    from . import _C
+except ImportError as e:  # the extension is built by CMake (target tinycudann_C) or by pip install
+    raise ImportError(
+        "tinycudann: the compiled extension tinycudann._C is missing or does not load "
+        f"({e}); install with `python3 -m pip install --no-build-isolation python/` or build the CMake target "
+        "tinycudann_C and put <build>/python on PYTHONPATH (docs/python.md)"
+    ) from e
+
+from .modules import (
+    Encoding,
+    Module,
+    Network,
+    NetworkWithInputEncoding,
+    free_temporary_memory,
+    supports_jit_fusion,
+)
+
+__version__ = _C.version()
+
+__all__ = [
+    "Encoding",
+    "Module",
+    "Network",
+    "NetworkWithInputEncoding",
+    "free_temporary_memory",
+    "supports_jit_fusion",
+]
