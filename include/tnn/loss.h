@@ -16,7 +16,8 @@ public:
     virtual json hyperparams() const { return {{"otype", name()}}; }
 
     // prediction [rows, cols] (any float dtype); target [rows, cols] fp32 (fp64 with an fp64 prediction);
-    // data_pdf optional [rows, 1] fp32/fp64: value and gradient are divided by it.
+    // data_pdf optional [rows, 1] (per sample) or [rows, cols] (per element, tcnn's layout) fp32/fp64:
+    // value and gradient are divided by it.
     // values [rows, cols] fp32 (fp64 with an fp64 prediction): the per-element loss / N.
     // gradients [rows, cols] in the prediction's dtype: loss_scale * d(loss)/d(prediction).
     void evaluate(const Stream& stream, float loss_scale, ConstView prediction, ConstView target,

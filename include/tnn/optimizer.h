@@ -57,6 +57,7 @@ protected:
     Device m_device = Device::cpu();
     size_t m_n_params = 0, m_n_matrix_params = 0;
     uint32_t m_step = 0;
+    bool m_allocated = false;  // step() and load_state() before allocate() are refused
 };
 
 std::unique_ptr<Optimizer> create_optimizer(const json& config);

@@ -1,0 +1,111 @@
+// What the optimizer implementations share: the registry behind create_optimizer (each file adds
+// its otypes), nested-optimizer creation with a config path for messages, state arrays on the
+// optimizer's device with their checkpoint blobs, and the CPU loop helpers.
+#pragma once
+
+#include <tnn/optimizer.h>
+
+#include "core/parallel.h"
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tnn {
+
+// Builds one optimizer from its config; `path` names where the config sits ("optimizer",
+// "optimizer.nested", "optimizer.nested[1]") and the reader's messages already carry it.
+using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(ConfigReader& reader, const std::string& path)>;
+
+void register_adam(Registry<OptimizerFactory>& registry);
+void register_sgd(Registry<OptimizerFactory>& registry);
+void register_novograd(Registry<OptimizerFactory>& registry);
+void register_exponential_decay(Registry<OptimizerFactory>& registry);
+void register_ema(Registry<OptimizerFactory>& registry);
+void register_average(Registry<OptimizerFactory>& registry);
+void register_lookahead(Registry<OptimizerFactory>& registry);
+void register_batched(Registry<OptimizerFactory>& registry);
+void register_composite(Registry<OptimizerFactory>& registry);
+
+// create_optimizer for a config found at `path`; a missing otype means Adam (tcnn's default).
+std::unique_ptr<Optimizer> create_optimizer_at(const json& config, const std::string& path);
+// The wrappers' "nested" key: absent means {"otype": "Adam"} with its defaults.
+std::unique_ptr<Optimizer> create_nested_optimizer(ConfigReader& reader, const std::string& path);
+
+// Reads a float in [min, max) (betas, decays): ConfigReader's ranges are inclusive.
+double get_float_below(ConfigReader& reader, const char* key, double def, double min, double max_exclusive);
+
+// Throws UnsupportedError for GPU state until optimizers.cu provides the kernels.
+void require_cpu_kernels(const Optimizer& opt);
+
+// n values of E (float or uint32_t) on a device, zeroed by allocate().
+template <typename E> class StateArray {
+public:
+    void allocate(Device device, size_t n);
+    E* data() const { return m_buffer.ptr<E>(); }
+    size_t size() const { return m_size; }
+    Device device() const { return m_buffer.device(); }
+    // The array as a host blob. uint32 arrays carry their raw bits in a blob tagged f32 (4-byte
+    // elements): StateBlob has no integer dtype.
+    StateBlob to_blob(const Stream& stream, const std::string& name) const;
+    void from_blob(const Stream& stream, const StateBlob& blob);  // sizes are checked by Optimizer::load_state
+
+private:
+    Buffer m_buffer;
+    size_t m_size = 0;
+};
+
+// Scalars (step counters, learning rates) travel as one f64 each: exact for uint32 and float.
+StateBlob scalar_blob(const std::string& name, double value);
+const StateBlob& find_blob(const std::vector<StateBlob>& blobs, const std::string& name);
+double blob_scalar(const std::vector<StateBlob>& blobs, const std::string& name);
+// Wrappers namespace a nested optimizer's blobs: "nested." + name.
+void append_prefixed(std::vector<StateBlob>& out, const std::vector<StateBlob>& nested, const std::string& prefix);
+std::vector<StateBlob> strip_prefix(const std::vector<StateBlob>& blobs, const std::string& prefix);
+
+// Base of the wrappers around one nested optimizer: the learning rate and the inference weights pass
+// through unless a wrapper overrides them; the nested state is namespaced "nested.".
+class SingleNestedOptimizer : public Optimizer {
+public:
+    float learning_rate() const override { return m_nested->learning_rate(); }
+    void set_learning_rate(float lr) override { m_nested->set_learning_rate(lr); }
+    const float* inference_weights_fp32() const override { return m_nested->inference_weights_fp32(); }
+
+protected:
+    explicit SingleNestedOptimizer(std::unique_ptr<Optimizer> nested) : m_nested(std::move(nested)) {}
+    void allocate_nested() { m_nested->allocate(m_device, m_n_params, m_n_matrix_params); }
+    void nested_state(const Stream& stream, std::vector<StateBlob>& out) const {
+        append_prefixed(out, m_nested->state(stream), "nested.");
+    }
+    void load_nested_state(const Stream& stream, const std::vector<StateBlob>& blobs) {
+        m_nested->load_state(stream, strip_prefix(blobs, "nested."));
+    }
+
+    std::unique_ptr<Optimizer> m_nested;
+};
+
+// Element loops over the flat parameter array: fixed chunks, so results never depend on the thread count.
+constexpr int64_t kOptimizerGrain = 1 << 14;
+inline void for_each_param(size_t n, const std::function<void(int64_t, int64_t)>& f) {
+    parallel_for(static_cast<int64_t>(n), kOptimizerGrain, f);
+}
+
+// Calls f(G{}, W{}) with the host storage types of the gradient and weight dtypes.
+template <typename F> void dispatch_grad_weight(DType grad_dtype, DType weight_dtype, F&& f) {
+    dispatch_dtype(grad_dtype, [&](auto g) { dispatch_dtype(weight_dtype, [&](auto w) { f(g, w); }); });
+}
+
+template <typename T> inline float to_float(T x) { return static_cast<float>(x); }
+template <> inline float to_float<double>(double x) { return static_cast<float>(x); }
+// The fp32 value a weight has after rounding to storage type T.
+template <typename T> inline T from_float(float x) { return T(x); }
+template <> inline double from_float<double>(float x) { return static_cast<double>(x); }
+template <typename T> inline float round_through(float x) { return to_float(from_float<T>(x)); }
+
+// Reads the n weights in weights_dtype at `weights` as fp32 into out (the "rounded copy" some wrappers average).
+void weights_as_float(const void* weights, DType weights_dtype, size_t n, float* out);
+// Writes fp32 values rounded into n weights of weights_dtype (skipped when it is the same fp32 array).
+void store_rounded(const float* values, void* weights, DType weights_dtype, size_t n);
+
+}  // namespace tnn
