@@ -2,7 +2,7 @@
 # -DPython_EXECUTABLE wins; otherwise the first of (active virtualenv, python3 on PATH, /usr/bin/python3)
 # that can import torch, because the package is useless to an interpreter without it (on Debian the
 # python3 on PATH may be a pyenv build without torch while /usr/bin/python3 has python3-torch).
-include_guard(GLOBAL)
+include_guard()
 
 if(NOT Python_EXECUTABLE)
   set(_tnn_py_candidates)

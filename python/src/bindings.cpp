@@ -50,6 +50,7 @@ public:
     uint32_t n_input_dims() const { return m_module->n_input_dims(); }
     uint32_t n_output_dims() const { return m_module->n_output_dims(); }
     size_t n_params() const { return m_module->n_params(); }
+    size_t n_matrix_params() const { return m_module->n_matrix_params(); }
     std::string param_dtype() const { return tnn::dtype_name(m_module->param_dtype()); }
     std::string output_dtype() const { return tnn::dtype_name(m_module->output_dtype()); }
     std::string input_dtype() const { return tnn::dtype_name(m_module->input_dtype()); }
@@ -180,6 +181,7 @@ PYBIND11_MODULE(_C, m) {
         .def("n_input_dims", &NativeModule::n_input_dims)
         .def("n_output_dims", &NativeModule::n_output_dims)
         .def("n_params", &NativeModule::n_params)
+        .def("n_matrix_params", &NativeModule::n_matrix_params)
         .def("param_dtype", &NativeModule::param_dtype)
         .def("output_dtype", &NativeModule::output_dtype)
         .def("input_dtype", &NativeModule::input_dtype)
