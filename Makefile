@@ -24,7 +24,7 @@ test:
 	@scripts/install_deps.sh build test python
 	@cmake -S . -B $(BUILD) -G Ninja $(CUDA_FLAGS) -DTNN_TESTS=ON -DTNN_PYTHON=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@scripts/run_tests.sh $(BUILD) $(JOBS)
 
 gpu-check:
 	@bash scripts/gpu_check.sh
