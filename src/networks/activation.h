@@ -7,6 +7,7 @@
 #include <tnn/network.h>
 
 #include <cmath>
+#include <type_traits>
 
 namespace tnn {
 
@@ -97,6 +98,25 @@ template <typename T> TNN_HD inline T activation_second_derivative(Activation a,
         }
     }
     return T(0);
+}
+
+// Calls f(std::integral_constant<Activation, A>{}) for the runtime activation a: the one place where
+// an activation becomes a template parameter (GPU kernels specialise their epilogues on it).
+template <typename F> decltype(auto) dispatch_activation(Activation a, F&& f) {
+    using A = Activation;
+    switch (a) {
+        case A::None: return f(std::integral_constant<A, A::None>{});
+        case A::ReLU: return f(std::integral_constant<A, A::ReLU>{});
+        case A::LeakyReLU: return f(std::integral_constant<A, A::LeakyReLU>{});
+        case A::Exponential: return f(std::integral_constant<A, A::Exponential>{});
+        case A::Sine: return f(std::integral_constant<A, A::Sine>{});
+        case A::Sigmoid: return f(std::integral_constant<A, A::Sigmoid>{});
+        case A::Squareplus: return f(std::integral_constant<A, A::Squareplus>{});
+        case A::Softplus: return f(std::integral_constant<A, A::Softplus>{});
+        case A::Tanh: return f(std::integral_constant<A, A::Tanh>{});
+        case A::SiLU: return f(std::integral_constant<A, A::SiLU>{});
+    }
+    return f(std::integral_constant<A, A::None>{});
 }
 
 }  // namespace tnn

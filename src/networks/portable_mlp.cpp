@@ -193,7 +193,8 @@ class PortableMlp final : public Network {
 public:
     PortableMlp(const MlpLayout& layout, DType dtype, DType output_dtype) : Network(layout, dtype, output_dtype) {}
     std::string name() const override { return "PortableMLP"; }
-    bool supports_device(Device d) const override { return d.is_cpu(); }
+    // The GPU implementation is fp32 only (fp64 is the CPU oracle's precision).
+    bool supports_device(Device d) const override { return d.is_cpu() || param_dtype() == DType::f32; }
 
 private:
     template <typename F> decltype(auto) with_type(F&& f) const {
@@ -203,30 +204,47 @@ private:
         }
     }
 
-    void require_cpu(Device d) const {
-        if (d.is_gpu()) throw_no_gpu_backend(describe());
-    }
-
-    std::unique_ptr<Context> forward_impl(const Stream&, ConstView input, View output, const void* params,
+    std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView input, View output, const void* params,
                                           bool) const override {
-        require_cpu(input.device);
+        if (input.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+            return portable_mlp_gpu::forward(m_layout, stream, input, output, static_cast<const float*>(params));
+#else
+            throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+        }
         return with_type([&](auto t) -> std::unique_ptr<Context> {
             using T = decltype(t);
             return MlpReference<T>(m_layout).forward(input, output, static_cast<const T*>(params), true);
         });
     }
 
-    void inference_impl(const Stream&, ConstView input, View output, const void* params) const override {
-        require_cpu(input.device);
+    void inference_impl(const Stream& stream, ConstView input, View output, const void* params) const override {
+        if (input.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+            portable_mlp_gpu::inference(m_layout, stream, input, output, static_cast<const float*>(params));
+            return;
+#else
+            throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+        }
         with_type([&](auto t) {
             using T = decltype(t);
             MlpReference<T>(m_layout).forward(input, output, static_cast<const T*>(params), false);
         });
     }
 
-    void backward_impl(const Stream&, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
+    void backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
                        View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
-        require_cpu(input.device);
+        if (input.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+            portable_mlp_gpu::backward(m_layout, stream, ctx, input, dL_doutput, dL_dinput,
+                                       static_cast<float*>(dL_dparams), static_cast<const float*>(params), mode);
+            return;
+#else
+            throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+        }
         with_type([&](auto t) {
             using T = decltype(t);
             const auto* c = dynamic_cast<const typename MlpReference<T>::Ctx*>(&ctx);

@@ -29,4 +29,16 @@ private:
     const MlpLayout& m_l;
 };
 
+#ifdef TNN_WITH_GPU
+// The GPU implementation (portable_mlp.cu): fp32 only, the same function and layout as
+// MlpReference<float>. Arguments are validated by the module; rows > 0.
+namespace portable_mlp_gpu {
+void inference(const MlpLayout& layout, const Stream& stream, ConstView input, View output, const float* params);
+std::unique_ptr<Context> forward(const MlpLayout& layout, const Stream& stream, ConstView input, View output,
+                                 const float* params);
+void backward(const MlpLayout& layout, const Stream& stream, const Context& ctx, ConstView input, ConstView dL_doutput,
+              View* dL_dinput, float* dL_dparams, const float* params, GradMode mode);
+}  // namespace portable_mlp_gpu
+#endif  // TNN_WITH_GPU
+
 }  // namespace tnn
