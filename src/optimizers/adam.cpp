@@ -71,6 +71,8 @@ private:
         h.optimize_matrix_params = m_optimize_matrix_params;
         h.optimize_non_matrix_params = m_optimize_non_matrix_params;
         adam_lr_bounds(m_adabound, h.beta2, m_step + 1, h.lower_lr_bound, h.upper_lr_bound);
+        h.cached_step = m_step + 1;
+        h.cached_bias_correction = adam_bias_correction(h.beta1, h.beta2, h.cached_step);
 
         float* m = m_first_moments.data();
         float* v = m_second_moments.data();

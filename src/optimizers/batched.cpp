@@ -45,7 +45,7 @@ private:
             m_nested->step(stream, loss_scale, weights_fp32, weights, weights_dtype, pool, grad_dtype);
             return;
         }
-        Buffer mean(m_device, m_n_params * dtype_size(grad_dtype));
+        Buffer mean = Buffer::temporary(stream, m_n_params * dtype_size(grad_dtype));
         store_rounded(pool, mean.data(), grad_dtype, m_n_params);
         m_nested->step(stream, loss_scale, weights_fp32, weights, weights_dtype, mean.data(), grad_dtype);
     }

@@ -27,7 +27,16 @@ struct AdamStepParams {
     float clipping_magnitude;          // 0: no clipping
     float lower_lr_bound, upper_lr_bound;  // AdaBound; [0, FLT_MAX] without it
     bool optimize_matrix_params, optimize_non_matrix_params;
+    // adam_bias_correction(beta1, beta2, cached_step), computed once per step: most parameters share
+    // the optimizer's step count, and powf per parameter would dominate the CPU loop.
+    uint32_t cached_step;
+    float cached_bias_correction;
 };
+
+// The learning-rate factor that removes the bias of zero-initialised moments after `step` updates.
+TNN_HD inline float adam_bias_correction(float beta1, float beta2, uint32_t step) {
+    return ::sqrtf(1.0f - ::powf(beta2, static_cast<float>(step))) / (1.0f - ::powf(beta1, static_cast<float>(step)));
+}
 
 // AdaBound's bounds on the per-parameter step size for optimizer step `step` (1-based).
 TNN_HD inline void adam_lr_bounds(bool adabound, float beta2, uint32_t step, float& lower, float& upper) {
@@ -54,7 +63,7 @@ TNN_HD inline bool adam_update(const AdamStepParams& h, bool is_matrix, float gr
     float lr = h.learning_rate;
     if (!is_matrix) lr *= h.non_matrix_learning_rate_factor;
     const uint32_t step = ++param_step;
-    lr *= ::sqrtf(1.0f - ::powf(h.beta2, static_cast<float>(step))) / (1.0f - ::powf(h.beta1, static_cast<float>(step)));
+    lr *= step == h.cached_step ? h.cached_bias_correction : adam_bias_correction(h.beta1, h.beta2, step);
     const float effective_lr = ::fminf(::fmaxf(lr / (::sqrtf(second_moment) + h.epsilon), h.lower_lr_bound), h.upper_lr_bound);
     float new_weight = weight_decay(h.relative_decay * lr, h.absolute_decay * lr, weight) - effective_lr * first_moment;
     if (h.clipping_magnitude != 0.0f)
