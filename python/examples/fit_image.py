@@ -274,8 +274,9 @@ def main(argv=None):
 
     step_fn = train_step
     if args.cuda_graph:
-        # torch's recipe: warm up on a side stream (allocations, Adam state), then capture one step.
-        # The warm-up steps are real training steps and count towards --steps.
+        # torch's recipe: warm up on a side stream (allocations, Adam state), then capture one step
+        # on that same stream (tiny-rdna4-nn caches GPU temporaries per stream, and a capturing
+        # stream may not allocate). The warm-up steps are real training steps and count towards --steps.
         warmup = min(3, args.steps)
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
@@ -284,7 +285,7 @@ def main(argv=None):
                 train_step()
         torch.cuda.current_stream(device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=side):
             static_loss = train_step()
 
         def step_fn():

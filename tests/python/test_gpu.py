@@ -208,23 +208,26 @@ def test_module_on_second_gpu_while_first_is_current():
     torch.testing.assert_close(y1.cpu(), ref(x.to(CUDA)).cpu(), rtol=0, atol=0)
 
 
-def on_side_stream(fn, times):
-    """torch's capture recipe: warm up on a side stream first (allocations, optimizer state)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+def warm_up(fn, times):
+    """torch's capture recipe, with one constraint of tiny-rdna4-nn: warm up (run the same calls) on the
+    stream that will capture. Its GPU temporaries are cached per stream, and a capturing stream may not
+    allocate from the driver. Returns that stream, for torch.cuda.graph(..., stream=...)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
         for _ in range(times):
             fn()
-    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.current_stream().wait_stream(stream)
+    return stream
 
 
 def test_cuda_graph_inference_capture_and_replay():
     gpu = gpu_module(first_gpu_case())
     static_x = torch.rand(4096, gpu.n_input_dims, device=CUDA)
     with torch.no_grad():
-        on_side_stream(lambda: gpu(static_x), 2)
+        stream = warm_up(lambda: gpu(static_x), 2)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=stream):
             static_y = gpu(static_x)
         for seed in range(3):
             new_x = torch.rand(4096, gpu.n_input_dims, device=CUDA, generator=torch.Generator(CUDA).manual_seed(seed))
@@ -254,9 +257,9 @@ def test_cuda_graph_training_step_capture_and_replay():
     # One captured forward+backward equals the eager one (up to the summation order of atomics).
     eager_loss = step().item()
     eager_grad = model.params.grad.clone()
-    on_side_stream(step, 2)
+    stream = warm_up(step, 2)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         static_loss = step()
     graph.replay()
     torch.cuda.synchronize()
@@ -265,9 +268,9 @@ def test_cuda_graph_training_step_capture_and_replay():
 
     # A whole training step (forward, backward, Adam) in one graph: replaying it trains. Adam's state
     # must exist before capture, else every replay would re-create (zero) it.
-    on_side_stream(step_and_update, 2)
+    stream = warm_up(step_and_update, 2)
     graph2 = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph2):
+    with torch.cuda.graph(graph2, stream=stream):
         static_loss2 = step_and_update()
     losses = []
     for _ in range(200):
