@@ -19,6 +19,11 @@
 #include <string>
 #include <vector>
 
+namespace tnn {
+// gtest prints parameters into test names (and ctest lists them): "gpu:0", not the bytes of a Device.
+inline void PrintTo(const Device& d, std::ostream* os) { *os << d.str(); }
+}  // namespace tnn
+
 namespace tnn::test {
 
 // The backends a case list runs on. Fixed (not probed) so that test discovery lists the same tests on
@@ -50,13 +55,15 @@ public:
 #ifdef TNN_WITH_GPU
         if (d.is_gpu()) {
             gpu::DeviceGuard guard(d.index);
-            TNN_GPU_CHECK(gpu_stream_create_with_flags(&m_native, gpu_stream_non_blocking));
+            gpu_stream_t s = nullptr;
+            TNN_GPU_CHECK(gpu_stream_create_with_flags(&s, gpu_stream_non_blocking));
+            m_native = s;
         }
 #endif  // TNN_WITH_GPU
     }
     ~TestStream() {
 #ifdef TNN_WITH_GPU
-        if (m_native) (void)gpu_stream_destroy(m_native);
+        if (m_native) (void)gpu_stream_destroy(static_cast<gpu_stream_t>(m_native));
 #endif  // TNN_WITH_GPU
     }
     TestStream(const TestStream&) = delete;
@@ -66,9 +73,7 @@ public:
 
 private:
     Device m_device;
-#ifdef TNN_WITH_GPU
-    gpu_stream_t m_native = nullptr;
-#endif  // TNN_WITH_GPU
+    void* m_native = nullptr;  // the vendor stream handle
 };
 
 // Host data <-> a device (a plain copy for the CPU). Synchronous.
