@@ -9,6 +9,13 @@ const Registry<EncodingFactory>& encoding_registry() {
     static const Registry<EncodingFactory> registry = [] {
         Registry<EncodingFactory> r("encoding");
         register_identity_encoding(r);
+        register_frequency_encoding(r);
+        register_triangle_wave_encoding(r);
+        register_oneblob_encoding(r);
+        register_spherical_harmonics_encoding(r);
+        register_grid_encodings(r);
+        register_composite_encodings(r);
+        register_empty_encoding(r);
         return r;
     }();
     return registry;

@@ -1,4 +1,5 @@
-// How encodings plug into create_encoding: one factory per otype, listed in encoding.cpp.
+// How encodings plug into create_encoding (one factory per otype, listed in encoding.cpp), and the
+// small helpers the CPU references share: typed loads and stores, tcnn's output alignment rule.
 #pragma once
 
 #include <tnn/encoding.h>
@@ -15,15 +16,50 @@ const Registry<EncodingFactory>& encoding_registry();
 
 // One registration function per encoding file.
 void register_identity_encoding(Registry<EncodingFactory>& r);
+void register_frequency_encoding(Registry<EncodingFactory>& r);
+void register_triangle_wave_encoding(Registry<EncodingFactory>& r);
+void register_oneblob_encoding(Registry<EncodingFactory>& r);
+void register_spherical_harmonics_encoding(Registry<EncodingFactory>& r);
+void register_empty_encoding(Registry<EncodingFactory>& r);
+void register_grid_encodings(Registry<EncodingFactory>& r);       // Grid, HashGrid, DenseGrid, TiledGrid
+void register_composite_encodings(Registry<EncodingFactory>& r);  // Composite, NRC, OneBlobFrequency
+
+// tcnn's required_output_alignment: inside a concatenating Composite, each nested output starts at
+// a multiple of the next encoding's alignment (the lanes in between are padding). Grids need their
+// n_features_per_level, Composites the lcm over their nested encodings, every other encoding 1.
+class AlignedOutput {
+public:
+    virtual ~AlignedOutput() = default;
+    virtual uint32_t required_output_alignment() const = 0;
+};
+inline uint32_t required_output_alignment(const Encoding& e) {
+    const auto* a = dynamic_cast<const AlignedOutput*>(&e);
+    return a ? a->required_output_alignment() : 1u;
+}
 
 // Converts the elements of an fp32/fp64 input view to acc type A (CPU reference helper).
 template <typename A> inline A load_input(ConstView v, int64_t r, int64_t c) {
     return v.dtype == DType::f64 ? static_cast<A>(v.at<double>(r, c)) : static_cast<A>(v.at<float>(r, c));
+}
+// Stores into an fp32/fp64 view (input gradients).
+template <typename A> inline void store_input(View v, int64_t r, int64_t c, A x) {
+    if (v.dtype == DType::f64) v.at<double>(r, c) = static_cast<double>(x);
+    else v.at<float>(r, c) = static_cast<float>(x);
+}
+
+// Loads an element of storage type T as its acc type.
+template <typename T> inline acc_t<T> load_as(ConstView v, int64_t r, int64_t c) {
+    return static_cast<acc_t<T>>(v.at<T>(r, c));
 }
 
 // Stores an acc-type value into a view of storage type T.
 template <typename T, typename A> inline void store_output(View v, int64_t r, int64_t c, A x) { v.at<T>(r, c) = T(x); }
 template <> inline void store_output<float, float>(View v, int64_t r, int64_t c, float x) { v.at<float>(r, c) = x; }
 template <> inline void store_output<double, double>(View v, int64_t r, int64_t c, double x) { v.at<double>(r, c) = x; }
+
+// Writes an acc-type parameter gradient into storage type T: overwrite, or add to what is there.
+template <typename T, typename A> inline void write_param_gradient(T* dst, A g, GradMode mode) {
+    *dst = mode == GradMode::accumulate ? T(static_cast<A>(*dst) + g) : T(g);
+}
 
 }  // namespace tnn
