@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import tinycudann as tcnn
-from tnn_test_utils import CPU, has_network, mlp_config, mlp_n_params
+from tnn_test_utils import CPU, mlp_config, mlp_n_params
 
 
 def test_exports():
@@ -192,9 +192,11 @@ def test_bad_config_values_raise_value_error():
 def test_dtype_errors_raise_type_error():
     with pytest.raises(TypeError, match="dtype"):
         tcnn.Encoding(3, {"otype": "Identity"}, dtype=torch.int32)
-    if has_network("PortableMLP"):
-        with pytest.raises(TypeError, match="PortableMLP.*float16.*not supported"):
-            tcnn.Network(3, 2, mlp_config(), dtype=torch.float16)
+    # From the C++ library (DTypeError): an unknown dtype name, an output dtype a network cannot write.
+    with pytest.raises(TypeError, match="unknown dtype 'float8'"):
+        tcnn.Network(3, 2, mlp_config(dtype="float8"))
+    with pytest.raises(TypeError, match="output_dtype"):
+        tcnn.Network(3, 2, mlp_config(), dtype=torch.float64, output_dtype=torch.float16)
     with pytest.raises(TypeError, match="output_dtype"):
         tcnn.Encoding(3, {"otype": "Identity"}, dtype=torch.float16, output_dtype=torch.bfloat16, device=CPU)
 
