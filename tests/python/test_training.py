@@ -53,13 +53,14 @@ def test_fp64_training_reduces_loss():
 @requires_encoding("HashGrid")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_grid_encoding_with_torch_head_trains(dtype):
-    enc = tcnn.Encoding(2, HASHGRID_CONFIG, dtype=dtype, device=CPU)
-    head = torch.nn.Linear(enc.n_output_dims, 2)
-    model = torch.nn.Sequential(enc, head)
+    class GridWithHead(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = tcnn.Encoding(2, HASHGRID_CONFIG, dtype=dtype, device=CPU)
+            self.head = torch.nn.Linear(self.enc.n_output_dims, 2)
 
-    class Float(torch.nn.Module):
         def forward(self, x):
-            return model[1](model[0](x).float())
+            return self.head(self.enc(x).float())
 
-    initial, final = train(Float(), steps=300, lr=1e-2)
+    initial, final = train(GridWithHead(), steps=300, lr=1e-2)
     assert final < initial / 5, (initial, final)
