@@ -170,6 +170,15 @@ namespace tnn::gpu {
 template <typename T> TNN_HD constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
 template <typename T> TNN_HD constexpr T round_up(T a, T b) { return ceil_div(a, b) * b; }
 
+// Grid-stride elementwise kernels: kElementwiseThreads per block and at most kMaxElementwiseBlocks
+// blocks, plenty to fill any device and within every vendor's grid limit.
+constexpr int kElementwiseThreads = 256;
+constexpr int64_t kMaxElementwiseBlocks = 65536;
+inline dim3 elementwise_grid(int64_t n) {
+    const int64_t blocks = ceil_div<int64_t>(n, kElementwiseThreads);
+    return dim3(static_cast<unsigned>(blocks < kMaxElementwiseBlocks ? blocks : kMaxElementwiseBlocks));
+}
+
 // Threads per warp (NVIDIA) / wavefront (AMD) that kernels are compiled for. NVIDIA: always 32.
 // HIP: we build for RDNA (gfx11/gfx12) in wave32 mode; the device pass checks the compiler agrees,
 // and device_properties() records what the device reports so a wave64 device is refused clearly.

@@ -14,11 +14,6 @@ namespace tnn::gpu {
 
 namespace {
 
-constexpr int kElementwiseThreads = 256;
-// Grid-stride kernels use at most this many blocks; plenty to fill any device, and it keeps the grid
-// within every vendor's limits.
-constexpr int64_t kMaxElementwiseBlocks = 65536;
-
 // Element i of a [rows, cols] view with a row stride, for the 2-D elementwise kernels.
 struct Strided2d {
     int64_t cols, stride;
@@ -65,10 +60,6 @@ __global__ void tensor_sum_kernel(const S* __restrict__ src, Strided2d s, int64_
         __syncthreads();
     }
     if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
-}
-
-dim3 elementwise_grid(int64_t n) {
-    return dim3(static_cast<unsigned>(std::min(ceil_div<int64_t>(n, kElementwiseThreads), kMaxElementwiseBlocks)));
 }
 
 Strided2d strided(const ConstView& v) { return Strided2d{v.cols, v.stride}; }
@@ -152,7 +143,11 @@ const DeviceProperties& device_properties(int device) {
         d->max_threads_per_block = p.maxThreadsPerBlock;
         d->l2_bytes = static_cast<size_t>(p.l2CacheSize);
         d->smem_per_block = p.sharedMemPerBlock;
+#if defined(TNN_WITH_HIP) && HIP_VERSION_MAJOR < 6
+        d->smem_per_block_optin = p.sharedMemPerBlock;  // ROCm 5 has no opt-in field; AMD has no opt-in LDS
+#else
         d->smem_per_block_optin = p.sharedMemPerBlockOptin;
+#endif  // TNN_WITH_HIP && HIP_VERSION_MAJOR < 6
         d->total_memory = p.totalGlobalMem;
         slot = std::move(d);
     }

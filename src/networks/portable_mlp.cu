@@ -14,6 +14,8 @@ namespace tnn {
 namespace {
 
 using gpu::ceil_div;
+using gpu::elementwise_grid;
+using gpu::kElementwiseThreads;
 using gpu::round_up;
 
 // ---- Tiling. A block of 16 x 16 threads computes a 64 x 64 output tile, each thread a 4 x 4 grid of
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(kThreads)
     portable_mlp_weight_grad_kernel(Operand dz, Operand a, int64_t n_out, int64_t n_in, int64_t batch, int64_t slab_rows,
                                     float* __restrict__ out, int64_t slab_stride, GradWrite mode) {
     const int64_t m0 = int64_t(blockIdx.y) * kTile, n0 = int64_t(blockIdx.x) * kTile, slab = blockIdx.z;
-    const int64_t k_begin = slab * slab_rows, k_end = min(batch, k_begin + slab_rows);
+    const int64_t k_begin = slab * slab_rows, k_end = k_begin + slab_rows < batch ? k_begin + slab_rows : batch;
     float acc[kMicro][kMicro];
     gemm_tile<true, true>(dz, a, m0, n0, k_begin, k_end, acc);
     const int tx = threadIdx.x % kThreadsPerDim, ty = threadIdx.x / kThreadsPerDim;
@@ -211,7 +213,7 @@ __global__ void portable_mlp_bias_grad_kernel(Operand dz, int64_t n_out, int64_t
                                               float* __restrict__ out, int64_t slab_stride, GradWrite mode) {
     const int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, slab = blockIdx.y;
     if (o >= n_out) return;
-    const int64_t r_end = min(batch, (slab + 1) * slab_rows);
+    const int64_t r_end = (slab + 1) * slab_rows < batch ? (slab + 1) * slab_rows : batch;
     float sum = 0.0f;
     for (int64_t r = slab * slab_rows; r < r_end; ++r) sum += dz.at(r, o);
     write_grad(out, o, slab, slab_stride, mode, sum);
@@ -236,13 +238,6 @@ __global__ void portable_mlp_output_grad_kernel(const float* __restrict__ dL_dou
 }
 
 // ---- Launchers.
-
-constexpr int kElementwiseThreads = 256;
-constexpr int64_t kMaxElementwiseBlocks = 65536;
-
-dim3 elementwise_grid(int64_t n) {
-    return dim3(static_cast<unsigned>(std::min(ceil_div<int64_t>(n, kElementwiseThreads), kMaxElementwiseBlocks)));
-}
 
 dim3 tile_grid(int64_t m, int64_t n, int64_t z = 1) {
     return dim3(static_cast<unsigned>(ceil_div<int64_t>(m, kTile)), static_cast<unsigned>(ceil_div<int64_t>(n, kTile)),
