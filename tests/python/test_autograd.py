@@ -116,6 +116,25 @@ def test_fp16_loss_scale_is_undone():
     torch.testing.assert_close(x.grad, 0.5 * g.float(), rtol=0, atol=0)
 
 
+@requires_encoding("HashGrid")
+def test_fp16_grid_gradients_are_unscaled():
+    # An fp16 module with parameters: its gradients pass through C++ multiplied by 128 and must come
+    # back divided (Adam would hide a constant factor, so compare with an fp64 module directly).
+    grads = {}
+    for dtype in (torch.float16, torch.float64):
+        enc = tcnn.Encoding(3, HASHGRID_CONFIG, dtype=dtype, seed=3, device=CPU)
+        x = (0.1 + 0.8 * torch.rand(200, 3, generator=torch.Generator().manual_seed(2))).requires_grad_(True)
+        w = torch.rand(200, enc.n_output_dims, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+        (enc(x).double() * w).sum().backward()
+        grads[dtype] = (enc.params.grad.double(), x.grad.double())
+    assert grads[torch.float16][0].dtype == torch.float64
+    # The fp16 module rounds its parameters and features once each; sums over <= 200 points add a
+    # few more roundings: 16 eps(fp16) bounds the relative error, a missing 1/128 is off by 127.
+    tol = 16 * EPS[torch.float16]
+    assert rel_l2(grads[torch.float16][0], grads[torch.float64][0]) < tol
+    assert rel_l2(grads[torch.float16][1], grads[torch.float64][1]) < tol
+
+
 def test_changing_loss_scale_keeps_gradients():
     enc = tcnn.Encoding(2, {"otype": "Identity", "scale": 3.0}, dtype=torch.float16, device=CPU)
     x = torch.rand(4, 2, requires_grad=True)
