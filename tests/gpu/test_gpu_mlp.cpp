@@ -192,6 +192,7 @@ TEST(PortableMlpGpu, TrainingIsBitwiseReproducible) {
         free_temporary_memory();  // the second run gets other memory: the bits must not depend on it
         const MlpResult b = run_mlp(*net, stream, data, c.batch);
         expect_same_bits(to_floats(a.y), to_floats(b.y), c.name + " output");
+        expect_same_bits(to_floats(a.y_inference), to_floats(b.y_inference), c.name + " inference output");
         expect_same_bits(to_floats(a.dL_dparams), to_floats(b.dL_dparams), c.name + " dL/dparams");
         expect_same_bits(to_floats(a.dL_dinput), to_floats(b.dL_dinput), c.name + " dL/dinput");
     }
