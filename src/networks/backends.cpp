@@ -3,6 +3,9 @@
 
 namespace tnn {
 
-void register_networks(Registry<NetworkFactory>& registry) { register_portable_mlp(registry); }
+void register_networks(Registry<NetworkFactory>& registry) {
+    register_portable_mlp(registry);
+    register_fully_fused_mlp(registry);
+}
 
 }  // namespace tnn

@@ -1,0 +1,271 @@
+// FullyFusedMLP, host side: config validation and errors, the shared-memory planner (pure host
+// code, tested on the CPU), and the module that hands validated calls to the CUDA entry points in
+// fully_fused_mlp.cu. Compiled in every build so that the otype is always known.
+#include "networks/fully_fused_mlp.h"
+
+#include "networks/activation.h"
+#include "networks/network_registry.h"
+
+#include <algorithm>
+#include <mutex>
+#include <tuple>
+
+namespace tnn {
+
+namespace ffm {
+
+Shape shape_of(const MlpLayout& l) {
+    Shape s;
+    s.width = static_cast<int>(l.width);
+    s.n_in = static_cast<int>(l.n_input_dims);
+    s.pin = static_cast<int>(l.padded_input_dims);
+    s.n_out = static_cast<int>(l.n_output_dims);
+    s.pout = static_cast<int>(l.padded_output_dims);
+    s.n_hidden = static_cast<int>(l.n_hidden_layers);
+    s.bias = l.bias;
+    return s;
+}
+
+int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes) {
+    const auto addr = reinterpret_cast<uintptr_t>(ptr);
+    for (int v : {16, 8, 4})
+        if (addr % v == 0 && stride_bytes % v == 0 && row_bytes % v == 0) return v;
+    return 2;
+}
+
+namespace {
+
+std::mutex g_override_mutex;
+PlanOverride g_override;
+
+int64_t align16(int64_t v) { return (v + 15) / 16 * 16; }
+
+// Blocks of `warps` warps with `smem` bytes that fit on one SM at once (0: the block does not fit).
+int occupancy(const DeviceLimits& d, int64_t smem, int warps) {
+    if (smem > d.smem_per_block) return 0;
+    const int by_smem = static_cast<int>(d.smem_per_sm / (smem + 1024));  // 1 KB reserved per block
+    const int regs_per_warp = (d.regs_per_thread * 32 + 255) / 256 * 256;   // allocation granularity
+    const int by_regs = d.regs_per_sm / (regs_per_warp * warps);
+    const int by_warps = d.max_warps_per_sm / warps;
+    return std::max(0, std::min({by_smem, by_regs, by_warps, 32}));
+}
+
+// Lexicographic preference: lower tier, then more resident warps per SM (up to 16, beyond which
+// latency is hidden anyway), then bigger blocks (fewer copies of the weights per SM).
+using Score = std::tuple<int, int, int>;
+Score score(int tier, int warps, int blocks_per_sm) {
+    return {-tier, std::min(16, warps * blocks_per_sm), warps};
+}
+
+ForwardPlan layout_forward(const Shape& s, int in_bytes, int out_bytes, int nw, bool resident) {
+    ForwardPlan p;
+    p.n_warps = nw;
+    p.rows_per_warp = 16 * forward_m_tiles(static_cast<uint32_t>(s.width));
+    p.weights_resident = resident;
+    const int64_t R = int64_t(nw) * p.rows_per_warp;
+    p.raw_stride = static_cast<int>(align16(int64_t(s.n_in) * in_bytes));
+    p.x_stride = s.pin + 8;
+    int64_t off = align16(resident ? s.resident_weight_bytes() : s.max_slot_bytes());
+    p.off_raw = off;
+    off += R * p.raw_stride;
+    p.off_x = off;
+    off += R * p.x_stride * 2;
+    const int64_t out_row = align16(int64_t(s.n_out) * out_bytes);
+    if (out_row <= int64_t(p.x_stride) * 2) {
+        // The input tile is dead once layer 0 has read it: outputs are staged in its rows.
+        p.off_out = p.off_x;
+        p.out_stride = p.x_stride * 2;
+    } else {
+        p.off_out = off;
+        p.out_stride = static_cast<int>(out_row);
+        off += R * p.out_stride;
+    }
+    p.smem_bytes = off;
+    return p;
+}
+
+BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw, int nw,
+                             bool resident, bool stash_smem, bool dw_smem) {
+    BackwardPlan p;
+    p.n_warps = nw;
+    p.rows_per_warp = 16 * kBackwardMTiles;
+    p.weights_resident = resident;
+    p.stash_in_smem = stash_smem;
+    p.dw_in_smem = dw_smem;
+    const int64_t R = int64_t(nw) * p.rows_per_warp;
+    p.raw_stride = static_cast<int>(align16(int64_t(s.n_in) * in_bytes));
+    p.dy_stride = static_cast<int>(align16(int64_t(s.n_out) * dy_bytes));
+    p.x_stride = s.pin + 8;
+    p.act_stride = s.width + 8;
+    p.dz_stride = std::max(s.width, s.pout) + 8;
+    p.n_stashes = derivative_from_output(act) ? 1 : 2;
+    int64_t off = align16(resident ? s.resident_weight_bytes() : s.max_slot_bytes());
+    p.off_raw = off;
+    off += R * p.raw_stride;
+    p.off_dy = off;
+    off += R * p.dy_stride;
+    p.off_x = off;
+    off += R * p.x_stride * 2;
+    const int64_t stash = int64_t(s.n_hidden) * p.n_stashes * R * p.act_stride * 2;
+    if (stash_smem) {
+        p.off_stash = off;
+        off += stash;
+    } else {
+        p.off_awork = off;
+        off += 2 * R * p.act_stride * 2;
+        p.stash_bytes_per_block = (stash + 255) / 256 * 256;
+    }
+    p.off_dz = off;
+    off += 2 * R * p.dz_stride * 2;
+    p.off_dw = off;
+    if (dw_smem && want_dw) off += align16(s.n_params() * 4);
+    p.smem_bytes = off;
+    return p;
+}
+
+[[noreturn]] void throw_too_large(const Shape& s, const char* pass, const DeviceLimits& d) {
+    throw UnsupportedError(msg("FullyFusedMLP: the ", pass, " pass of a width-", s.width, " network with ", s.pin,
+                               " padded inputs and ", s.pout, " padded outputs does not fit in ", d.smem_per_block,
+                               " bytes of shared memory per block (one layer's weights, [out x (in + 8)] 16-bit, must "
+                               "fit); use BlasLtMLP (any width) or PortableMLP"));
+}
+
+}  // namespace
+
+void set_plan_override(const PlanOverride& o) {
+    std::lock_guard<std::mutex> lock(g_override_mutex);
+    g_override = o;
+}
+
+PlanOverride plan_override() {
+    std::lock_guard<std::mutex> lock(g_override_mutex);
+    return g_override;
+}
+
+ForwardPlan plan_forward(const Shape& s, int in_bytes, int out_bytes, const DeviceLimits& d, const PlanOverride& o) {
+    ForwardPlan best;
+    Score best_score{};
+    bool found = false;
+    for (bool resident : {true, false}) {
+        if (resident && o.stream_weights) continue;
+        for (int nw : {8, 4, 2, 1}) {
+            if (o.forward_warps && nw != o.forward_warps) continue;
+            ForwardPlan p = layout_forward(s, in_bytes, out_bytes, nw, resident);
+            p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
+            if (p.blocks_per_sm == 0) continue;
+            const bool enough = nw * p.blocks_per_sm >= 8;
+            const Score sc = score((resident ? 0 : 1) + (enough ? 0 : 2), nw, p.blocks_per_sm);
+            if (!found || sc > best_score) best = p, best_score = sc, found = true;
+        }
+    }
+    if (!found) throw_too_large(s, "forward", d);
+    return best;
+}
+
+BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw,
+                           const DeviceLimits& d, const PlanOverride& o) {
+    BackwardPlan best;
+    Score best_score{};
+    bool found = false;
+    // Modes from fastest to most frugal: everything on chip; dW accumulators in the block's global
+    // slot; the activation stash in global scratch; weights reloaded per layer.
+    int mode = 0;
+    for (bool resident : {true, false})
+        for (bool stash_smem : {true, false})
+            for (bool dw_smem : {true, false}) {
+                const int tier = mode++;
+                if ((resident && o.stream_weights) || (stash_smem && o.stash_in_global) || (dw_smem && o.dw_in_global))
+                    continue;
+                for (int nw : {8, 4, 2, 1}) {
+                    if (o.backward_warps && nw != o.backward_warps) continue;
+                    BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, resident, stash_smem, dw_smem);
+                    p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
+                    if (p.blocks_per_sm == 0) continue;
+                    const bool enough = nw * p.blocks_per_sm >= 4;
+                    const Score sc = score(tier + (enough ? 0 : 8), nw, p.blocks_per_sm);
+                    if (!found || sc > best_score) best = p, best_score = sc, found = true;
+                }
+            }
+    if (!found) throw_too_large(s, "backward", d);
+    return best;
+}
+
+}  // namespace ffm
+
+namespace {
+
+struct FusedContext : Context {};  // backward recomputes the forward pass: nothing to keep
+
+class FullyFusedMlp final : public Network {
+public:
+    FullyFusedMlp(const MlpLayout& layout, DType dtype, DType output_dtype) : Network(layout, dtype, output_dtype) {}
+    std::string name() const override { return "FullyFusedMLP"; }
+    // True for the CPU too: such calls reach the module and fail with a message naming PortableMLP.
+    // False on GPUs of builds whose GPU backend has no FullyFusedMLP kernels (HIP, for now).
+    bool supports_device(Device d) const override {
+#if defined(TNN_WITH_GPU) && !defined(TNN_WITH_CUDA)
+        if (d.is_gpu()) return false;
+#endif  // TNN_WITH_GPU && !TNN_WITH_CUDA
+        return true;
+    }
+
+private:
+    void require_gpu(Device d) const {
+        if (d.is_cpu())
+            throw UnsupportedError(msg(describe(), ": FullyFusedMLP runs on the GPU only; use PortableMLP on the CPU"));
+#if !defined(TNN_WITH_CUDA)
+        throw UnsupportedError(msg(describe(), ": this build has no FullyFusedMLP kernels for ", d.str(),
+                                   " (they use NVIDIA tensor cores); use BlasLtMLP or PortableMLP"));
+#endif  // !TNN_WITH_CUDA
+    }
+
+    void inference_impl(const Stream& stream, ConstView input, View output, const void* params) const override {
+        require_gpu(input.device);
+#if defined(TNN_WITH_CUDA)
+        ffm::gpu_forward(m_layout, param_dtype(), stream, input, output, params);
+#endif  // TNN_WITH_CUDA
+    }
+
+    std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView input, View output, const void* params,
+                                          bool) const override {
+        inference_impl(stream, input, output, params);
+        return std::make_unique<FusedContext>();
+    }
+
+    void backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
+                       View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
+        require_gpu(input.device);
+        if (!dynamic_cast<const FusedContext*>(&ctx))
+            throw Error(msg(describe(), ": backward got a context from another module"));
+#if defined(TNN_WITH_CUDA)
+        ffm::gpu_backward(m_layout, param_dtype(), stream, input, dL_doutput, dL_dinput, dL_dparams, params, mode);
+#endif  // TNN_WITH_CUDA
+    }
+};
+
+}  // namespace
+
+void register_fully_fused_mlp(Registry<NetworkFactory>& registry) {
+    // Every dtype is listed so that the factory (not the generic check) reports unsupported ones
+    // with the alternatives.
+    registry.add("FullyFusedMLP",
+                 NetworkFactory{DType::f16,
+                                {DType::f16, DType::bf16, DType::f32, DType::f64},
+                                [](const MlpLayout& l, DType t, DType out, ConfigReader&) {
+                                    if (t != DType::f16 && t != DType::bf16)
+                                        throw DTypeError(msg("FullyFusedMLP: dtype ", dtype_name(t),
+                                                             " is not supported (tensor cores take float16 or "
+                                                             "bfloat16); use PortableMLP or BlasLtMLP for ",
+                                                             dtype_name(t)));
+                                    if (!ffm::is_supported_width(l.width))
+                                        throw ConfigError(msg("FullyFusedMLP: n_neurons ", l.width,
+                                                              " is not supported; valid choices: 16, 32, 64, 128 "
+                                                              "(use BlasLtMLP or PortableMLP for other widths)"));
+                                    if (l.n_hidden_layers < 1)
+                                        throw ConfigError("FullyFusedMLP: n_hidden_layers must be at least 1 (use "
+                                                          "BlasLtMLP or PortableMLP for a single linear layer)");
+                                    return std::unique_ptr<Network>(new FullyFusedMlp(l, t, out));
+                                }});
+}
+
+}  // namespace tnn

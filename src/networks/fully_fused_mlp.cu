@@ -1,0 +1,199 @@
+// FullyFusedMLP on CUDA: the device checks, the launch plan, the one runtime -> compile-time
+// dispatch to the (dtype, width) instantiations (instantiations/fully_fused_w*_*.cu), and the
+// fixed-order reduction of the per-block weight-gradient partials.
+#if defined(TNN_WITH_CUDA)
+#include "networks/fully_fused_mlp.h"
+
+#include "gpu/gpu.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#ifndef gpu_func_set_attribute
+#define gpu_func_set_attribute cudaFuncSetAttribute
+#define gpu_func_attribute_max_dynamic_shared_memory_size cudaFuncAttributeMaxDynamicSharedMemorySize
+#endif  // gpu_func_set_attribute
+
+namespace tnn::ffm {
+
+namespace {
+
+// ---- Kernel: dL/dparams[i] = T(sum over blocks b = 0, 1, ... of partials[b][i] (+ old value)).
+// A block handles 32 parameters with 8 warps; warp q sums blocks q, q + 8, ... in order, then one
+// thread adds the 8 warp sums in order: the result depends only on the number of blocks.
+constexpr int kReduceSlices = 8;
+
+// Partials are in fragment order (Shape::fragment_index); the result is in parameter order.
+template <typename T>
+__global__ void fully_fused_mlp_reduce_kernel(const float* __restrict__ partials, int n_blocks, Shape shape,
+                                              T* __restrict__ dL_dparams, bool accumulate) {
+    __shared__ float sums[kReduceSlices][33];
+    const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
+    const int64_t n_params = shape.n_params();
+    const int64_t i = int64_t(blockIdx.x) * 32 + lane;
+    float s = 0.0f;
+    if (i < n_params) {
+        const int64_t f = shape.fragment_index(i);
+        for (int b = slice; b < n_blocks; b += kReduceSlices) s += partials[int64_t(b) * n_params + f];
+    }
+    sums[slice][lane] = s;
+    __syncthreads();
+    if (slice == 0 && i < n_params) {
+        float total = 0.0f;
+        for (int q = 0; q < kReduceSlices; ++q) total += sums[q][lane];
+        if (accumulate) total += gpu::to_acc(dL_dparams[i]);
+        dL_dparams[i] = gpu::from_acc<T>(total);
+    }
+}
+
+// ---- The one place where (dtype, width) become template arguments.
+template <typename F> void dispatch(DType dtype, uint32_t width, F&& f) {
+    auto by_width = [&](auto h) {
+        using H = decltype(h);
+        switch (width) {
+            case 16: f(Kernels<H, 16>{}); return;
+            case 32: f(Kernels<H, 32>{}); return;
+            case 64: f(Kernels<H, 64>{}); return;
+            case 128: f(Kernels<H, 128>{}); return;
+        }
+        throw UnsupportedError(msg("FullyFusedMLP: no kernels for width ", width, "; valid choices: 16, 32, 64, 128"));
+    };
+    switch (dtype) {
+        case DType::f16: by_width(half{}); return;
+        case DType::bf16: by_width(bfloat16{}); return;
+        default: throw DTypeError(msg("FullyFusedMLP: no kernels for ", dtype_name(dtype), "; valid: float16, bfloat16"));
+    }
+}
+
+// Device limits and kernel register counts, read once per (device, kernel) and cached.
+struct KernelKey {
+    int device;
+    DType dtype;
+    uint32_t width;
+    bool backward;
+    bool operator<(const KernelKey& o) const {
+        return std::tie(device, dtype, width, backward) < std::tie(o.device, o.dtype, o.width, o.backward);
+    }
+};
+
+DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backward) {
+    static std::mutex mutex;
+    static std::map<KernelKey, DeviceLimits> cache;
+    std::lock_guard<std::mutex> lock(mutex);
+    const KernelKey key{device, dtype, width, backward};
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+
+    const gpu::DeviceProperties& props = gpu::device_properties(device);
+    if (!gpu::is_nvidia(props.capability) || props.capability < gpu::kCcAmpere)
+        throw UnsupportedError(msg("FullyFusedMLP needs NVIDIA tensor cores with mma.sync bf16/fp16 (sm_80 or newer); ",
+                                   props.name, " is ", props.arch, "; use BlasLtMLP or PortableMLP"));
+    DeviceLimits d;
+    d.smem_per_block = static_cast<int64_t>(props.smem_per_block_optin);
+    d.smem_per_sm = d.smem_per_block + 1024;  // sm_80/sm_90: the per-SM pool is the block maximum + 1 KB
+    dispatch(dtype, width, [&](auto k) {
+        using K = decltype(k);
+        const KernelInfo info = backward ? K::backward_info(static_cast<int>(d.smem_per_block))
+                                         : K::forward_info(static_cast<int>(d.smem_per_block));
+        d.regs_per_thread = info.regs_per_thread;
+    });
+    cache.emplace(key, d);
+    return d;
+}
+
+KernelArgs common_args(const MlpLayout& layout, ConstView input, const void* params) {
+    KernelArgs a;
+    a.shape = shape_of(layout);
+    a.rows = input.rows;
+    a.pad_value = layout.input_pad_value;
+    a.act = layout.activation;
+    a.out_act = layout.output_activation;
+    a.params = params;
+    a.params_aligned = reinterpret_cast<uintptr_t>(params) % 16 == 0;
+    a.in = input.data;
+    a.in_stride = input.stride;
+    a.in_f32 = input.dtype == DType::f32;
+    const int in_bytes = a.in_f32 ? 4 : 2;
+    a.in_vec = copy_vector_bytes(input.data, input.stride * in_bytes, int64_t(layout.n_input_dims) * in_bytes);
+    return a;
+}
+
+int grid_size(int64_t rows, int64_t rows_per_block, int sm_count, int blocks_per_sm) {
+    const int64_t tiles = (rows + rows_per_block - 1) / rows_per_block;
+    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t(sm_count) * blocks_per_sm)));
+}
+
+}  // namespace
+
+void gpu_forward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, View output,
+                 const void* params) {
+    const int device = stream.device().index;
+    gpu::DeviceGuard guard(device);
+    const DeviceLimits limits = device_limits(device, dtype, layout.width, false);
+    KernelArgs a = common_args(layout, input, params);
+    a.out = output.data;
+    a.out_stride = output.stride;
+    a.out_f32 = output.dtype == DType::f32;
+    const int out_bytes = a.out_f32 ? 4 : 2;
+    a.out_vec = copy_vector_bytes(output.data, output.stride * out_bytes, int64_t(layout.n_output_dims) * out_bytes);
+    a.fwd = plan_forward(a.shape, a.in_f32 ? 4 : 2, out_bytes, limits, plan_override());
+    const int grid = grid_size(a.rows, int64_t(a.fwd.n_warps) * a.fwd.rows_per_warp,
+                               gpu::device_properties(device).sm_count, a.fwd.blocks_per_sm);
+    dispatch(dtype, layout.width, [&](auto k) { decltype(k)::forward(a, grid, stream.native()); });
+}
+
+void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, ConstView dL_doutput,
+                  View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) {
+    if (!dL_dinput && !dL_dparams) return;
+    const int device = stream.device().index;
+    gpu::DeviceGuard guard(device);
+    const DeviceLimits limits = device_limits(device, dtype, layout.width, true);
+    KernelArgs a = common_args(layout, input, params);
+    a.dy = dL_doutput.data;
+    a.dy_stride = dL_doutput.stride;
+    a.out_f32 = dL_doutput.dtype == DType::f32;
+    const int dy_bytes = a.out_f32 ? 4 : 2;
+    a.dy_vec = copy_vector_bytes(dL_doutput.data, dL_doutput.stride * dy_bytes, int64_t(layout.n_output_dims) * dy_bytes);
+    if (dL_dinput) {
+        a.dx = dL_dinput->data;
+        a.dx_stride = dL_dinput->stride;
+    }
+    a.bwd = plan_backward(a.shape, a.in_f32 ? 4 : 2, dy_bytes, layout.activation, dL_dparams != nullptr, limits,
+                          plan_override());
+    const int64_t n_params = a.shape.n_params();
+    int grid = grid_size(a.rows, int64_t(a.bwd.n_warps) * a.bwd.rows_per_warp, gpu::device_properties(device).sm_count,
+                         a.bwd.blocks_per_sm);
+    // Per-block partials (and a global stash) are bounded to 256 MiB each for very deep networks.
+    constexpr int64_t kScratchCap = int64_t(256) << 20;
+    if (dL_dparams) grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(grid, kScratchCap / (n_params * 4))));
+    if (!a.bwd.stash_in_smem)
+        grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(grid, kScratchCap / a.bwd.stash_bytes_per_block)));
+
+    Buffer partials, stash;
+    if (dL_dparams) {
+        partials = Buffer::temporary(stream, static_cast<size_t>(grid) * n_params * sizeof(float));
+        a.dw_partials = partials.ptr<float>();
+    }
+    if (!a.bwd.stash_in_smem) {
+        stash = Buffer::temporary(stream, static_cast<size_t>(grid) * a.bwd.stash_bytes_per_block);
+        a.stash = stash.data();
+    }
+    dispatch(dtype, layout.width, [&](auto k) { decltype(k)::backward(a, grid, stream.native()); });
+    if (dL_dparams) {
+        const auto s = gpu::native_stream(stream);
+        const unsigned blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(n_params, 32));
+        const bool accumulate = mode == GradMode::accumulate;
+        if (dtype == DType::f16)
+            fully_fused_mlp_reduce_kernel<gpu_half><<<blocks, 32 * kReduceSlices, 0, s>>>(
+                a.dw_partials, grid, a.shape, static_cast<gpu_half*>(dL_dparams), accumulate);
+        else
+            fully_fused_mlp_reduce_kernel<gpu_bf16><<<blocks, 32 * kReduceSlices, 0, s>>>(
+                a.dw_partials, grid, a.shape, static_cast<gpu_bf16*>(dL_dparams), accumulate);
+        TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_reduce_kernel");
+    }
+}
+
+}  // namespace tnn::ffm
+#endif  // TNN_WITH_CUDA

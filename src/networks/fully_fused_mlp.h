@@ -1,0 +1,188 @@
+// FullyFusedMLP internals shared by the host module (fully_fused_mlp.cpp), the CUDA launchers
+// (fully_fused_mlp.cu) and the kernels (fully_fused_mlp_kernels.cuh): the shape maths in
+// host+device form, the shared-memory plan (pure host code, unit-tested on the CPU) and the
+// kernel argument block. Nothing here names a GPU vendor.
+#pragma once
+
+#include <tnn/network.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tnn::ffm {
+
+// Widths the kernels are instantiated for.
+constexpr uint32_t kWidths[] = {16, 32, 64, 128};
+constexpr bool is_supported_width(uint32_t w) { return w == 16 || w == 32 || w == 64 || w == 128; }
+// Most warps per block (the kernels' __launch_bounds__).
+constexpr int kMaxWarps = 8;
+
+// Rows one warp owns per tile: the forward kernel keeps MT = 2 m16 tiles per warp below width
+// 128 (each weight fragment read from shared memory feeds two MMAs); the backward kernel, whose
+// block synchronises once per layer, uses one m16 tile per warp and more warps instead.
+constexpr int forward_m_tiles(uint32_t width) { return width <= 64 ? 2 : 1; }
+constexpr int kBackwardMTiles = 1;
+
+// The layer geometry of an MlpLayout in a form kernels can use. Matches MlpLayout's
+// weight_offset / bias_offset / n_params exactly (tested).
+struct Shape {
+    int width = 0, n_in = 0, pin = 0, n_out = 0, pout = 0, n_hidden = 0;
+    bool bias = false;
+
+    TNN_HD int n_layers() const { return n_hidden + 1; }
+    TNN_HD int layer_in(int l) const { return l == 0 ? pin : width; }
+    TNN_HD int layer_out(int l) const { return l == n_hidden ? pout : width; }
+    // Parameter offsets (elements), as MlpLayout.
+    TNN_HD int64_t weight_offset(int l) const {
+        if (l == 0) return 0;
+        return int64_t(width) * pin + int64_t(l - 1) * width * width;
+    }
+    TNN_HD int64_t n_matrix_params() const { return weight_offset(n_hidden) + int64_t(pout) * width; }
+    TNN_HD int64_t bias_offset(int l) const { return n_matrix_params() + int64_t(l) * width; }
+    TNN_HD int64_t n_params() const {
+        return bias ? n_matrix_params() + int64_t(n_hidden) * width + pout : n_matrix_params();
+    }
+    // A layer's slot in shared memory: its [out][in + pad] 16-bit matrix, then (with bias) its
+    // out fp32 biases. Slots are back to back when the weights stay resident.
+    TNN_HD int64_t slot_bytes(int l) const {
+        return int64_t(layer_out(l)) * (layer_in(l) + 8) * 2 + (bias ? int64_t(layer_out(l)) * 4 : 0);
+    }
+    TNN_HD int64_t slot_offset(int l) const {
+        if (l == 0) return 0;
+        return slot_bytes(0) + int64_t(l - 1) * slot_bytes(1);  // layers 1..n_hidden-1 share a size
+    }
+    TNN_HD int64_t resident_weight_bytes() const { return slot_offset(n_hidden) + slot_bytes(n_hidden); }
+    TNN_HD int64_t max_slot_bytes() const {
+        int64_t m = slot_bytes(0);
+        if (slot_bytes(n_hidden) > m) m = slot_bytes(n_hidden);
+        if (n_hidden > 1 && slot_bytes(1) > m) m = slot_bytes(1);
+        return m;
+    }
+    // Weight-gradient accumulators (fp32, in shared memory or the block's global slot) use the
+    // parameter layout's offsets, but inside a layer's [out][in] block they are in fragment order:
+    // the 16x8 C tile (mt, nt) occupies 128 floats, lane L's four elements at 4 L (mma_layout.h), so
+    // every lane adds its accumulators with one conflict-free float4 read-modify-write. Biases are
+    // plain. fragment_index maps a parameter index of a matrix to that order.
+    TNN_HD int64_t fragment_index(int64_t param) const {
+        if (param >= n_matrix_params()) return param;
+        const int l = param < weight_offset(1)          ? 0
+                      : param >= weight_offset(n_hidden) ? n_hidden
+                                                         : 1 + static_cast<int>((param - weight_offset(1)) / (int64_t(width) * width));
+        const int in = layer_in(l);
+        const int64_t local = param - weight_offset(l);
+        const int row = static_cast<int>(local / in), col = static_cast<int>(local % in);
+        const int lane = 4 * (row % 8) + (col % 8) / 2, elem = 2 * ((row % 16) / 8) + col % 2;
+        return weight_offset(l) + ((int64_t(row / 16) * (in / 8) + col / 8) * 32 + lane) * 4 + elem;
+    }
+};
+
+Shape shape_of(const MlpLayout& layout);
+
+// Activations whose derivative the backward pass can read off the stored activation value
+// (a > 0 <=> z > 0); the others store f'(z) rounded to the network dtype next to it.
+constexpr bool derivative_from_output(Activation a) {
+    return a == Activation::None || a == Activation::ReLU || a == Activation::LeakyReLU;
+}
+
+// ---- Shared-memory plans. Offsets are bytes into the dynamic shared memory of one block; every
+// region is 16-byte aligned. Rows are block-local: warp w owns rows [w * rows_per_warp, ...).
+struct ForwardPlan {
+    int n_warps = 0, rows_per_warp = 0;
+    bool weights_resident = true;  // all layers loaded once per block, else one slot reloaded per layer
+    int64_t off_weights = 0, off_raw = 0, off_x = 0, off_out = 0, smem_bytes = 0;
+    int raw_stride = 0, out_stride = 0;  // bytes per row of the raw input / output staging
+    int x_stride = 0;                    // elements per row of the 16-bit input tile
+    int blocks_per_sm = 0;
+};
+
+struct BackwardPlan {
+    int n_warps = 0, rows_per_warp = 0;
+    bool weights_resident = true;
+    bool stash_in_smem = true;  // activations of the recomputed forward pass, else in global scratch
+    bool dw_in_smem = true;     // fp32 weight-gradient accumulators, else in the block's global slot
+    int64_t off_weights = 0, off_raw = 0, off_dy = 0, off_x = 0, off_stash = 0, off_awork = 0, off_dz = 0,
+            off_dw = 0, smem_bytes = 0;
+    int raw_stride = 0, dy_stride = 0;      // bytes per row
+    int x_stride = 0, act_stride = 0, dz_stride = 0;  // elements per row
+    int n_stashes = 0;                      // activation tiles per hidden layer: 1 (a) or 2 (a, f'(z))
+    int64_t stash_bytes_per_block = 0;      // global scratch per block when !stash_in_smem
+    int blocks_per_sm = 0;
+};
+
+// What the planner may use. smem_per_sm and regs_* are for the occupancy estimate only.
+struct DeviceLimits {
+    int64_t smem_per_block = 0, smem_per_sm = 0;
+    int regs_per_sm = 65536, regs_per_thread = 128, max_warps_per_sm = 64;
+};
+
+// Test and benchmark hooks: force a fallback (so small configs exercise the paths deep or wide
+// networks take) or a warp count. Zero / false means "the planner decides". Process-wide.
+struct PlanOverride {
+    int forward_warps = 0, backward_warps = 0;
+    bool stream_weights = false, stash_in_global = false, dw_in_global = false;
+};
+void set_plan_override(const PlanOverride& o);
+PlanOverride plan_override();
+
+// Both throw UnsupportedError naming the limit and the alternatives when nothing fits.
+ForwardPlan plan_forward(const Shape& s, int in_bytes, int out_bytes, const DeviceLimits& d,
+                         const PlanOverride& o = {});
+BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw,
+                           const DeviceLimits& d, const PlanOverride& o = {});
+
+// ---- Kernel arguments (one struct for every kernel; passed by value as a __grid_constant__).
+struct KernelArgs {
+    Shape shape;
+    int64_t rows = 0;
+    float pad_value = 1.0f;
+    Activation act = Activation::ReLU, out_act = Activation::None;
+    const void* params = nullptr;  // network dtype, MlpLayout order
+    bool params_aligned = true;    // 16-byte aligned (cp.async 16); else 2-byte copies
+    const void* in = nullptr;      // [rows, n_in], fp32 or the network dtype
+    int64_t in_stride = 0;         // elements
+    bool in_f32 = true;
+    int in_vec = 16;               // bytes per copy of input rows (16, 8, 4, or 2 = element-wise)
+    void* out = nullptr;           // [rows, n_out], fp32 or the network dtype
+    int64_t out_stride = 0;
+    bool out_f32 = false;
+    int out_vec = 16;
+    const void* dy = nullptr;      // dL/doutput, dtype of the output
+    int64_t dy_stride = 0;
+    int dy_vec = 16;
+    void* dx = nullptr;            // dL/dinput (optional), dtype of the input
+    int64_t dx_stride = 0;
+    float* dw_partials = nullptr;  // [gridDim.x][n_params] fp32, parameter layout
+    void* stash = nullptr;         // [gridDim.x][stash_bytes_per_block] when the stash is global
+    ForwardPlan fwd;
+    BackwardPlan bwd;
+};
+
+#if defined(TNN_WITH_CUDA)
+// The CUDA entry points (fully_fused_mlp.cu), called by the module with validated arguments, rows > 0.
+// The forward pass keeps no context: backward recomputes it from the input.
+void gpu_forward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, View output,
+                 const void* params);
+void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, ConstView dL_doutput,
+                  View* dL_dinput, void* dL_dparams, const void* params, GradMode mode);
+#endif  // TNN_WITH_CUDA
+
+// Largest of 16/8/4/2 bytes dividing the address, the row pitch and the row size of a tensor.
+int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes);
+
+// ---- One (dtype, width) instantiation of the kernels, defined in
+// src/networks/instantiations/fully_fused_w<W>_<dtype>.cu. H is the host storage type (half or
+// bfloat16). *_info opt the kernel in to max_smem bytes of dynamic shared memory and report its
+// registers; launches are asynchronous on the native stream and check the launch.
+struct KernelInfo {
+    int regs_per_thread = 0;
+    int local_bytes = 0;  // spills and local arrays; 0 is expected
+};
+template <typename H, int W> struct Kernels {
+    static KernelInfo forward_info(int max_smem);
+    static KernelInfo backward_info(int max_smem);
+    static void forward(const KernelArgs& args, int grid, void* stream);
+    static void backward(const KernelArgs& args, int grid, void* stream);
+};
+
+}  // namespace tnn::ffm

@@ -1,0 +1,956 @@
+// FullyFusedMLP kernels (NVIDIA sm_80+: mma.sync m16n8k16, ldmatrix, cp.async): the whole MLP in
+// one kernel per pass. Included only by src/networks/instantiations/fully_fused_w*_*.cu, one
+// (dtype, width) per translation unit; fully_fused_mlp.cu dispatches to them.
+//
+// Forward (inference and training): persistent blocks; each warp owns 16*MT rows per tile. Weights
+// of all layers sit in shared memory ([out][in + 8], loaded once per block with cp.async) and feed
+// the MMAs through ldmatrix; activations never leave registers between layers (the fp32 C fragments
+// of a layer are the A fragments of the next once packed to 16 bits, see mma_layout.h). Input rows
+// of the next tile stream in with cp.async while the current tile computes; outputs leave through a
+// per-warp staging tile with 16-byte stores. No block-wide synchronisation in the main loop.
+//
+// Backward: recomputes the forward pass of each tile (reading the input again is cheaper than
+// storing activations) and keeps a, f'(z) of every hidden layer in a shared-memory stash; then walks
+// the layers down: dz of the block's rows goes to shared memory, one __syncthreads, every warp adds
+// dz^T a over the tile for its share of dW (ldmatrix.trans on both operands) into fp32 accumulators
+// private to the block, and chains dz through W^T (ldmatrix.trans) in registers. Each block writes
+// its accumulators once; fully_fused_mlp_reduce_kernel sums the blocks in a fixed order.
+#pragma once
+
+#include "gpu/gpu.h"
+#include "networks/activation.h"
+#include "networks/fully_fused_mlp.h"
+#include "networks/mma_layout.h"
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#if !defined(TNN_WITH_CUDA)
+#error "fully_fused_mlp_kernels.cuh uses NVIDIA tensor-core PTX; include it only in CUDA builds"
+#endif  // !TNN_WITH_CUDA
+
+// Until src/gpu/gpu.h maps them (requested): kernel attributes for the launch plan.
+#ifndef gpu_func_set_attribute
+#define gpu_func_set_attribute cudaFuncSetAttribute
+#define gpu_func_get_attributes cudaFuncGetAttributes
+#define gpu_func_attribute_max_dynamic_shared_memory_size cudaFuncAttributeMaxDynamicSharedMemorySize
+using gpu_func_attributes_t = cudaFuncAttributes;
+#endif  // gpu_func_set_attribute
+
+namespace tnn::ffm {
+
+using mma::X4Pattern;
+
+// ============================================================================================
+// PTX wrappers. All are volatile: they read shared memory that plain stores wrote, and the
+// compiler must neither merge them across barriers nor move them into divergent code.
+// ============================================================================================
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+template <bool TRANS> __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+}
+
+// D = A * B + D, A 16x16 and B 16x8 in T (fp16 or bf16), D fp32.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (std::is_same_v<T, gpu_half>)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Asynchronous global -> shared copy of BYTES (4, 8 or 16); with valid == false nothing is read and
+// the destination is zero-filled (src-size 0).
+template <int BYTES> __device__ __forceinline__ void cp_async(uint32_t dst, const void* src, bool valid) {
+    const int n = valid ? BYTES : 0;
+    const size_t g = __cvta_generic_to_global(src);
+    if constexpr (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(g), "r"(n) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(g), "n"(BYTES), "r"(n)
+                     : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// ============================================================================================
+// 16-bit pairs: the low half holds the element with the lower column index (PTX fragment order).
+// ============================================================================================
+
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    uint32_t u;
+    if constexpr (std::is_same_v<T, gpu_half>) {
+        const __half2 h = __floats2half2_rn(lo, hi);
+        memcpy(&u, &h, 4);
+    } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        memcpy(&u, &h, 4);
+    }
+    return u;
+}
+template <typename T> __device__ __forceinline__ float2 unpack2(uint32_t u) {
+    if constexpr (std::is_same_v<T, gpu_half>) {
+        __half2 h;
+        memcpy(&h, &u, 4);
+        return __half22float2(h);
+    } else {
+        __nv_bfloat162 h;
+        memcpy(&h, &u, 4);
+        return __bfloat1622float2(h);
+    }
+}
+
+// activation.h's formulas (written once, for the CPU reference too) evaluated with the special
+// function unit: exp, sin, cos, log through __expf/__sinf/__cosf/__logf and division by
+// __fdividef. Their errors (~2^-21 relative, or absolute for sin/cos over the |z| < 10^3 that
+// networks produce) are ~2^10 times below fp16/bf16 rounding, which every activation goes through
+// or is compared at; the accurate library versions would add a slow path per element of every
+// epilogue (measured: 20 s of ptxas time per kernel for Sine alone, and spills). tanh keeps tanhf:
+// the hardware tanh.approx is only good to 2^-11.
+struct FastFloat {
+    float v;
+    FastFloat() = default;
+    template <typename S> TNN_HD constexpr explicit FastFloat(S x) : v(static_cast<float>(x)) {}
+};
+TNN_HD inline FastFloat operator+(FastFloat a, FastFloat b) { return FastFloat(a.v + b.v); }
+TNN_HD inline FastFloat operator-(FastFloat a, FastFloat b) { return FastFloat(a.v - b.v); }
+TNN_HD inline FastFloat operator*(FastFloat a, FastFloat b) { return FastFloat(a.v * b.v); }
+TNN_HD inline FastFloat operator-(FastFloat a) { return FastFloat(-a.v); }
+TNN_HD inline bool operator>(FastFloat a, FastFloat b) { return a.v > b.v; }
+#if defined(__CUDA_ARCH__)
+__device__ inline FastFloat operator/(FastFloat a, FastFloat b) { return FastFloat(__fdividef(a.v, b.v)); }
+__device__ inline FastFloat exp(FastFloat a) { return FastFloat(__expf(a.v)); }
+__device__ inline FastFloat sin(FastFloat a) { return FastFloat(__sinf(a.v)); }
+__device__ inline FastFloat cos(FastFloat a) { return FastFloat(__cosf(a.v)); }
+__device__ inline FastFloat log1p(FastFloat a) { return FastFloat(__logf(1.0f + a.v)); }
+__device__ inline FastFloat sqrt(FastFloat a) { return FastFloat(sqrtf(a.v)); }
+__device__ inline FastFloat tanh(FastFloat a) { return FastFloat(tanhf(a.v)); }
+#else
+inline FastFloat operator/(FastFloat a, FastFloat b) { return FastFloat(a.v / b.v); }
+inline FastFloat exp(FastFloat a) { return FastFloat(std::exp(a.v)); }
+inline FastFloat sin(FastFloat a) { return FastFloat(std::sin(a.v)); }
+inline FastFloat cos(FastFloat a) { return FastFloat(std::cos(a.v)); }
+inline FastFloat log1p(FastFloat a) { return FastFloat(std::log1p(a.v)); }
+inline FastFloat sqrt(FastFloat a) { return FastFloat(std::sqrt(a.v)); }
+inline FastFloat tanh(FastFloat a) { return FastFloat(std::tanh(a.v)); }
+#endif  // __CUDA_ARCH__
+
+template <Activation A> __device__ __forceinline__ float act_fwd(float z) { return activation_forward(A, FastFloat(z)).v; }
+template <Activation A> __device__ __forceinline__ float act_deriv(float z) { return activation_derivative(A, FastFloat(z)).v; }
+
+// The activation as a compile-time constant inside f, switched once per 16-column chunk so the
+// elementwise loops carry no per-element branch.
+template <typename F> __device__ __forceinline__ void with_activation(Activation a, F&& f) {
+    using A = Activation;
+    switch (a) {
+        case A::None: f(std::integral_constant<A, A::None>{}); break;
+        case A::ReLU: f(std::integral_constant<A, A::ReLU>{}); break;
+        case A::LeakyReLU: f(std::integral_constant<A, A::LeakyReLU>{}); break;
+        case A::Exponential: f(std::integral_constant<A, A::Exponential>{}); break;
+        case A::Sine: f(std::integral_constant<A, A::Sine>{}); break;
+        case A::Sigmoid: f(std::integral_constant<A, A::Sigmoid>{}); break;
+        case A::Squareplus: f(std::integral_constant<A, A::Squareplus>{}); break;
+        case A::Softplus: f(std::integral_constant<A, A::Softplus>{}); break;
+        case A::Tanh: f(std::integral_constant<A, A::Tanh>{}); break;
+        case A::SiLU: f(std::integral_constant<A, A::SiLU>{}); break;
+    }
+}
+
+// ============================================================================================
+// Row movement between global memory and per-warp shared-memory tiles.
+// ============================================================================================
+
+// Issues asynchronous copies of n_rows rows of row_bytes bytes (V bytes at a time); rows >= n_valid
+// are zero-filled without reading. V == 2 (an odd 16-bit width or pitch) falls back to plain loads.
+template <int V>
+__device__ __forceinline__ void rows_to_smem_v(char* dst, int dst_stride, const char* src, int64_t src_stride,
+                                               const char* any_valid_src, int row_bytes, int n_rows, int n_valid,
+                                               int lane) {
+    const int cpr = row_bytes / V, n = n_rows * cpr;
+    for (int i = lane; i < n; i += 32) {
+        const int r = i / cpr, c = i - r * cpr;
+        const bool valid = r < n_valid;
+        const char* s = valid ? src + r * src_stride + c * V : any_valid_src;
+        char* d = dst + r * dst_stride + c * V;
+        if constexpr (V >= 4)
+            cp_async<V>(smem_addr(d), s, valid);
+        else
+            *reinterpret_cast<uint16_t*>(d) = valid ? *reinterpret_cast<const uint16_t*>(s) : uint16_t(0);
+    }
+}
+__device__ __forceinline__ void rows_to_smem(int vec, char* dst, int dst_stride, const char* src, int64_t src_stride,
+                                             const char* any_valid_src, int row_bytes, int n_rows, int n_valid,
+                                             int lane) {
+    switch (vec) {
+        case 16: rows_to_smem_v<16>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
+        case 8: rows_to_smem_v<8>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
+        case 4: rows_to_smem_v<4>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
+        default: rows_to_smem_v<2>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
+    }
+}
+
+template <int V>
+__device__ __forceinline__ void rows_to_global_v(char* dst, int64_t dst_stride, const char* src, int src_stride,
+                                                 int row_bytes, int n_rows, int lane) {
+    using Vec = std::conditional_t<V == 16, uint4, std::conditional_t<V == 8, uint2, std::conditional_t<V == 4, uint32_t, uint16_t>>>;
+    const int cpr = row_bytes / V, n = n_rows * cpr;
+    for (int i = lane; i < n; i += 32) {
+        const int r = i / cpr, c = i - r * cpr;
+        *reinterpret_cast<Vec*>(dst + r * dst_stride + c * V) = *reinterpret_cast<const Vec*>(src + r * src_stride + c * V);
+    }
+}
+__device__ __forceinline__ void rows_to_global(int vec, char* dst, int64_t dst_stride, const char* src, int src_stride,
+                                               int row_bytes, int n_rows, int lane) {
+    switch (vec) {
+        case 16: rows_to_global_v<16>(dst, dst_stride, src, src_stride, row_bytes, n_rows, lane); break;
+        case 8: rows_to_global_v<8>(dst, dst_stride, src, src_stride, row_bytes, n_rows, lane); break;
+        case 4: rows_to_global_v<4>(dst, dst_stride, src, src_stride, row_bytes, n_rows, lane); break;
+        default: rows_to_global_v<2>(dst, dst_stride, src, src_stride, row_bytes, n_rows, lane); break;
+    }
+}
+
+// Converts n_rows raw input rows (fp32 or T, as staged) into the 16-bit tile [row][x_stride]:
+// columns < n_in from the input, columns n_in..pin-1 = pad_value (tcnn's padding lanes).
+template <typename T>
+__device__ __forceinline__ void raw_to_tile(const char* raw, int raw_stride, T* x, int x_stride, int n_rows, int n_in,
+                                            int pin, bool in_f32, float pad_value, int lane) {
+    if (in_f32) {
+        if ((n_in & 3) == 0) {
+            const int q = n_in >> 2;
+            for (int i = lane; i < n_rows * q; i += 32) {
+                const int r = i / q, c = (i - r * q) * 4;
+                const float4 v = *reinterpret_cast<const float4*>(raw + r * raw_stride + c * 4);
+                *reinterpret_cast<uint2*>(x + r * x_stride + c) = make_uint2(pack2<T>(v.x, v.y), pack2<T>(v.z, v.w));
+            }
+        } else if ((n_in & 1) == 0) {
+            const int q = n_in >> 1;
+            for (int i = lane; i < n_rows * q; i += 32) {
+                const int r = i / q, c = (i - r * q) * 2;
+                const float2 v = *reinterpret_cast<const float2*>(raw + r * raw_stride + c * 4);
+                *reinterpret_cast<uint32_t*>(x + r * x_stride + c) = pack2<T>(v.x, v.y);
+            }
+        } else {
+            for (int i = lane; i < n_rows * n_in; i += 32) {
+                const int r = i / n_in, c = i - r * n_in;
+                x[r * x_stride + c] = gpu::from_acc<T>(reinterpret_cast<const float*>(raw + r * raw_stride)[c]);
+            }
+        }
+    } else {
+        if ((n_in & 7) == 0) {
+            const int q = n_in >> 3;
+            for (int i = lane; i < n_rows * q; i += 32) {
+                const int r = i / q, c = (i - r * q) * 8;
+                *reinterpret_cast<uint4*>(x + r * x_stride + c) = *reinterpret_cast<const uint4*>(raw + r * raw_stride + c * 2);
+            }
+        } else if ((n_in & 1) == 0) {
+            const int q = n_in >> 1;
+            for (int i = lane; i < n_rows * q; i += 32) {
+                const int r = i / q, c = (i - r * q) * 2;
+                *reinterpret_cast<uint32_t*>(x + r * x_stride + c) = *reinterpret_cast<const uint32_t*>(raw + r * raw_stride + c * 2);
+            }
+        } else {
+            for (int i = lane; i < n_rows * n_in; i += 32) {
+                const int r = i / n_in, c = i - r * n_in;
+                x[r * x_stride + c] = reinterpret_cast<const T*>(raw + r * raw_stride)[c];
+            }
+        }
+    }
+    const int n_pad = pin - n_in;
+    if (n_pad > 0) {
+        const T pad = gpu::from_acc<T>(pad_value);
+        for (int i = lane; i < n_rows * n_pad; i += 32) {
+            const int r = i / n_pad, c = n_in + (i - r * n_pad);
+            x[r * x_stride + c] = pad;
+        }
+    }
+}
+
+// Loads layer l's slot (matrix [out][in + 8] in T, then out fp32 biases) with cp.async, all threads
+// of the block participating. The caller commits and waits.
+template <typename T>
+__device__ __forceinline__ void load_slot(const KernelArgs& args, int l, char* slot) {
+    const Shape& s = args.shape;
+    const int in = s.layer_in(l), out = s.layer_out(l), ws = mma::padded_row(in);
+    const T* w = static_cast<const T*>(args.params) + s.weight_offset(l);
+    T* dst = reinterpret_cast<T*>(slot);
+    if (args.params_aligned) {
+        const int cpr = in / 8;  // 16-byte chunks per row
+        for (int i = threadIdx.x; i < out * cpr; i += blockDim.x) {
+            const int r = i / cpr, c = (i - r * cpr) * 8;
+            cp_async<16>(smem_addr(dst + r * ws + c), w + int64_t(r) * in + c, true);
+        }
+    } else {
+        for (int i = threadIdx.x; i < out * in; i += blockDim.x) {
+            const int r = i / in, c = i - r * in;
+            dst[r * ws + c] = w[i];
+        }
+    }
+    if (s.bias) {
+        const T* b = static_cast<const T*>(args.params) + s.bias_offset(l);
+        float* bdst = reinterpret_cast<float*>(slot + int64_t(out) * ws * 2);
+        for (int o = threadIdx.x; o < out; o += blockDim.x) bdst[o] = gpu::to_acc(b[o]);
+    }
+}
+
+// ============================================================================================
+// Warp-level layer pieces. acc[m][j][i]: m16 tile m of the warp's rows, n8 tile j of the current
+// 16-column chunk, element i of the C fragment (mma_layout.h).
+// ============================================================================================
+
+template <int MT> __device__ __forceinline__ void init_acc(float (&acc)[MT][2][4], const float* bias, int lane) {
+    const int t = mma::thread_in_group(lane);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const float2 b = bias ? *reinterpret_cast<const float2*>(bias + 8 * j + 2 * t) : make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            acc[m][j][0] = b.x;
+            acc[m][j][1] = b.y;
+            acc[m][j][2] = b.x;
+            acc[m][j][3] = b.y;
+        }
+    }
+}
+
+// Byte offset of the address a lane supplies to an ldmatrix.x4 over a 16x16 block at (0, 0) of a
+// row-major 16-bit array with row pitch `stride_bytes`.
+__device__ __forceinline__ int x4_offset(int lane, X4Pattern p, int stride_bytes) {
+    const mma::Coord c = mma::x4_lane_address(lane, p);
+    return c.row * stride_bytes + c.col * 2;
+}
+
+// acc += A * B over nk k-steps, A fragments in registers (k-steps >= nk unused). b_addr: this lane's
+// ldmatrix address for k-step 0; each k-step adds b_kstep bytes.
+template <typename T, int MT, int KS, bool BTRANS>
+__device__ __forceinline__ void mma_chunk_regs(float (&acc)[MT][2][4], const uint32_t (&a)[MT][KS][4], int nk,
+                                               uint32_t b_addr, int b_kstep) {
+#pragma unroll
+    for (int k = 0; k < KS; ++k) {
+        if (k < nk) {
+            uint32_t b[4];
+            ldmatrix_x4<BTRANS>(b, b_addr + k * b_kstep);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                mma_16816<T>(acc[m][0], a[m][k], b[0], b[1]);
+                mma_16816<T>(acc[m][1], a[m][k], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// The same with A read from a row-major 16-bit tile in shared memory (a_addr: this lane's address
+// for m-tile 0, k-step 0 in the kRowsFirst pattern; a_mstep bytes per 16 rows).
+template <typename T, int MT, bool BTRANS>
+__device__ __forceinline__ void mma_chunk_smem(float (&acc)[MT][2][4], uint32_t a_addr, int a_mstep, int nk,
+                                               uint32_t b_addr, int b_kstep) {
+    for (int k = 0; k < nk; ++k) {
+        uint32_t b[4];
+        ldmatrix_x4<BTRANS>(b, b_addr + k * b_kstep);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            uint32_t a[4];
+            ldmatrix_x4<false>(a, a_addr + m * a_mstep + k * 32);
+            mma_16816<T>(acc[m][0], a, b[0], b[1]);
+            mma_16816<T>(acc[m][1], a, b[2], b[3]);
+        }
+    }
+}
+
+// Where a layer's operands are: its slot in shared memory and this lane's ldmatrix address for the
+// B fragments of output columns 0..15, k-step 0 (the [out][in + 8] matrix read as B = W^T).
+struct LayerSlot {
+    uint32_t b_base;
+    int ws;             // bytes per weight row
+    const float* bias;  // out fp32 biases or nullptr
+};
+__device__ __forceinline__ LayerSlot layer_slot(const char* slot, int in, int out, bool bias, int lane) {
+    const int ws = mma::padded_row(in) * 2;
+    return {smem_addr(slot) + x4_offset(lane, X4Pattern::kColsFirst, ws), ws,
+            bias ? reinterpret_cast<const float*>(slot + int64_t(out) * ws) : nullptr};
+}
+
+// Pre-activations of output columns [16c, 16c + 16) of a hidden layer: bias + A W^T, with A the
+// 16-bit input tile in shared memory (layer 0, K = 16 * nk0) or the previous layer's activations in
+// registers (K = 16 * NC). One code path for both so that the epilogue after it exists once.
+template <typename T, int MT, int NC>
+__device__ __forceinline__ void hidden_chunk(float (&acc)[MT][2][4], bool first, int c, const uint32_t (&h)[MT][NC][4],
+                                             uint32_t x_addr, int x_mstep, int nk0, const LayerSlot& w, int lane) {
+    init_acc(acc, w.bias ? w.bias + 16 * c : nullptr, lane);
+    if (first)
+        mma_chunk_smem<T, MT, false>(acc, x_addr, x_mstep, nk0, w.b_base + c * 16 * w.ws, 32);
+    else
+        mma_chunk_regs<T, MT, NC, false>(acc, h, NC, w.b_base + c * 16 * w.ws, 32);
+}
+
+// Pre-activations of output columns [16c, 16c + 16) of the output layer.
+template <typename T, int MT, int NC>
+__device__ __forceinline__ void output_chunk(float (&acc)[MT][2][4], int c, const uint32_t (&h)[MT][NC][4],
+                                             const LayerSlot& w, int lane) {
+    init_acc(acc, w.bias ? w.bias + 16 * c : nullptr, lane);
+    mma_chunk_regs<T, MT, NC, false>(acc, h, NC, w.b_base + c * 16 * w.ws, 32);
+}
+
+// Packs the activated chunk c into A fragments of the next layer (the register handoff) and hands
+// each packed pair with its (row in the warp's tile, column) to `store` (for the stash).
+template <typename T, int MT, int NC, class F, class Store>
+__device__ __forceinline__ void pack_chunk(const float (&acc)[MT][2][4], uint32_t (&next)[MT][NC][4], int c, int lane,
+                                           F&& f, Store&& store) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int j = mma::handoff_c_tile(r);
+            const uint32_t v = pack2<T>(f(acc[m][j][mma::handoff_c_elem(r, 0)]), f(acc[m][j][mma::handoff_c_elem(r, 1)]));
+            next[m][c][r] = v;
+            const mma::Coord rc = mma::a_frag_coord(lane, r, 0);
+            store(16 * m + rc.row, 16 * c + rc.col, r, v);
+        }
+}
+
+// ============================================================================================
+// Forward kernel (inference and forward-with-context; the context is empty: backward recomputes).
+// ============================================================================================
+
+template <typename T, int W>
+__global__ void __launch_bounds__(kMaxWarps * 32) fully_fused_mlp_forward_kernel(const __grid_constant__ KernelArgs args) {
+    constexpr int MT = forward_m_tiles(W), RW = 16 * MT, NC = W / 16;
+    extern __shared__ __align__(16) char smem[];
+    const ForwardPlan& p = args.fwd;
+    const Shape& s = args.shape;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int R = nw * RW, L = s.n_hidden;
+    const int64_t n_tiles = (args.rows + R - 1) / R;
+    const int in_bytes = args.in_f32 ? 4 : 2, out_bytes = args.out_f32 ? 4 : 2;
+    char* wsm = smem + p.off_weights;
+    char* raw = smem + p.off_raw + int64_t(warp) * RW * p.raw_stride;
+    T* x = reinterpret_cast<T*>(smem + p.off_x) + warp * RW * p.x_stride;
+    char* out = smem + p.off_out + int64_t(warp) * RW * p.out_stride;
+    const char* in_base = static_cast<const char*>(args.in);
+    const int64_t in_pitch = args.in_stride * in_bytes;
+
+    auto issue_input = [&](int64_t tile) {
+        const int64_t row0 = tile * R + warp * RW;
+        const int valid = static_cast<int>(min(max(args.rows - row0, int64_t(0)), int64_t(RW)));
+        rows_to_smem(args.in_vec, raw, p.raw_stride, in_base + (valid > 0 ? row0 * in_pitch : 0), in_pitch, in_base,
+                     s.n_in * in_bytes, RW, valid, lane);
+    };
+    // Streamed weights: one slot, reloaded before every layer by the whole block.
+    auto ensure_layer = [&](int l) -> const char* {
+        if (p.weights_resident) return wsm + s.slot_offset(l);
+        __syncthreads();
+        load_slot<T>(args, l, wsm);
+        cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();
+        return wsm;
+    };
+
+    if (p.weights_resident)
+        for (int l = 0; l <= L; ++l) load_slot<T>(args, l, wsm + s.slot_offset(l));
+    if (blockIdx.x < n_tiles) issue_input(blockIdx.x);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const int64_t row0 = tile * R + warp * RW;
+        const int valid = static_cast<int>(min(max(args.rows - row0, int64_t(0)), int64_t(RW)));
+        raw_to_tile<T>(raw, p.raw_stride, x, p.x_stride, RW, s.n_in, s.pin, args.in_f32, args.pad_value, lane);
+        __syncwarp();
+        if (tile + gridDim.x < n_tiles) issue_input(tile + gridDim.x);
+        cp_async_commit();
+
+        if (valid > 0 || !p.weights_resident) {
+            // Hidden layers. The activation is switched per 16-column chunk inside the epilogue, so the
+            // MMA loops exist once and only the few elementwise instructions are specialised.
+            const uint32_t x_addr = smem_addr(x) + x4_offset(lane, X4Pattern::kRowsFirst, p.x_stride * 2);
+            uint32_t h[MT][NC][4];
+            for (int l = 0; l < L; ++l) {
+                const LayerSlot w = layer_slot(ensure_layer(l), s.layer_in(l), W, s.bias, lane);
+                uint32_t h2[MT][NC][4];
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    float acc[MT][2][4];
+                    hidden_chunk<T>(acc, l == 0, c, h, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
+                    with_activation(args.act, [&](auto A) {
+                        pack_chunk<T>(acc, h2, c, lane, [](float z) { return act_fwd<decltype(A)::value>(z); },
+                                      [](int, int, int, uint32_t) {});
+                    });
+                }
+#pragma unroll
+                for (int m = 0; m < MT; ++m)
+#pragma unroll
+                    for (int k = 0; k < NC; ++k)
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) h[m][k][r] = h2[m][k][r];
+            }
+            // Output layer -> staging tile (output dtype, n_out columns).
+            const LayerSlot w = layer_slot(ensure_layer(L), W, s.pout, s.bias, lane);
+            const int t = mma::thread_in_group(lane), gq = mma::group_of(lane);
+            for (int c = 0; c < s.pout / 16; ++c) {
+                float acc[MT][2][4];
+                output_chunk<T>(acc, c, h, w, lane);
+                with_activation(args.out_act, [&](auto A) {
+#pragma unroll
+                    for (int m = 0; m < MT; ++m)
+#pragma unroll
+                        for (int j = 0; j < 2; ++j)
+#pragma unroll
+                            for (int hh = 0; hh < 2; ++hh) {
+                                const int row = 16 * m + gq + 8 * hh, col = 16 * c + 8 * j + 2 * t;
+                                const float v0 = act_fwd<decltype(A)::value>(acc[m][j][2 * hh]);
+                                const float v1 = act_fwd<decltype(A)::value>(acc[m][j][2 * hh + 1]);
+                                char* o = out + row * p.out_stride;
+                                if (args.out_f32) {
+                                    float* of = reinterpret_cast<float*>(o) + col;
+                                    if (col + 1 < s.n_out) *reinterpret_cast<float2*>(of) = make_float2(v0, v1);
+                                    else if (col < s.n_out) of[0] = v0;
+                                } else {
+                                    T* ot = reinterpret_cast<T*>(o) + col;
+                                    if (col + 1 < s.n_out) *reinterpret_cast<uint32_t*>(ot) = pack2<T>(v0, v1);
+                                    else if (col < s.n_out) ot[0] = gpu::from_acc<T>(v0);
+                                }
+                            }
+                });
+            }
+            __syncwarp();
+            if (valid > 0)
+                rows_to_global(args.out_vec, static_cast<char*>(args.out) + row0 * args.out_stride * out_bytes,
+                               args.out_stride * out_bytes, out, p.out_stride, s.n_out * out_bytes, valid, lane);
+            __syncwarp();
+        }
+        cp_async_wait_all();
+        __syncwarp();
+    }
+}
+
+// ============================================================================================
+// Backward kernel.
+// ============================================================================================
+
+// Backward's recomputed hidden layer, chunk c: a = f(z) goes to the next layer's A fragments and to
+// the stash tile (rows of this warp); f'(z) too when it cannot be read off a later.
+template <typename T, Activation ACT, int MT, int NC>
+__device__ __forceinline__ void hidden_chunk_to_stash(const float (&acc)[MT][2][4], uint32_t (&next)[MT][NC][4], int c,
+                                                      int lane, T* a_tile, T* d_tile, int stride) {
+    pack_chunk<T>(acc, next, c, lane, [](float z) { return act_fwd<ACT>(z); },
+                  [&](int row, int col, int, uint32_t v) { *reinterpret_cast<uint32_t*>(a_tile + int64_t(row) * stride + col) = v; });
+    if constexpr (!derivative_from_output(ACT)) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int j = mma::handoff_c_tile(r);
+                const mma::Coord rc = mma::a_frag_coord(lane, r, 0);
+                *reinterpret_cast<uint32_t*>(d_tile + int64_t(16 * m + rc.row) * stride + 16 * c + rc.col) =
+                    pack2<T>(act_deriv<ACT>(acc[m][j][mma::handoff_c_elem(r, 0)]),
+                             act_deriv<ACT>(acc[m][j][mma::handoff_c_elem(r, 1)]));
+            }
+    }
+}
+
+// Backward chain, chunk c of dL/da_{l-1}: dz_{l-1} = round_T(dL/da * f'(z_{l-1})) with f' read off the
+// stored a (None, ReLU, LeakyReLU; ACT = that activation) or the stored f'(z) (any other ACT). The
+// result goes to the A fragments for the next chain step and to the dz tile for the dW pass.
+template <typename T, Activation ACT, int MT, int NC>
+__device__ __forceinline__ void chain_chunk_to_dz(const float (&acc)[MT][2][4], uint32_t (&dzn)[MT][NC][4], int c, int lane,
+                                                  const T* a_tile, const T* d_tile, int act_stride, T* dz_tile,
+                                                  int dz_stride) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int j = mma::handoff_c_tile(r);
+            const mma::Coord rc = mma::a_frag_coord(lane, r, 0);
+            const int row = 16 * m + rc.row, col = 16 * c + rc.col;
+            float2 d;
+            if constexpr (ACT == Activation::None) {
+                d = make_float2(1.0f, 1.0f);
+            } else if constexpr (derivative_from_output(ACT)) {
+                const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(a_tile + int64_t(row) * act_stride + col));
+                const float lo = ACT == Activation::ReLU ? 0.0f : 0.01f;
+                d = make_float2(a.x > 0.0f ? 1.0f : lo, a.y > 0.0f ? 1.0f : lo);
+            } else {
+                d = unpack2<T>(*reinterpret_cast<const uint32_t*>(d_tile + int64_t(row) * act_stride + col));
+            }
+            const uint32_t v = pack2<T>(acc[m][j][mma::handoff_c_elem(r, 0)] * d.x, acc[m][j][mma::handoff_c_elem(r, 1)] * d.y);
+            dzn[m][c][r] = v;
+            *reinterpret_cast<uint32_t*>(dz_tile + row * dz_stride + col) = v;
+        }
+}
+
+// dW[out][in] += DZ^T * ACT over the tile's R rows for this warp's share of (MU x 16) x (NU x 16)
+// units; bias[out] += column sums of DZ (an extra MMA against a B of ones) in the units that hold
+// input columns 0..15. DZ: [R][dz_stride] rows of dz, ACT: [R][act_stride] rows of the layer input.
+template <typename T, int MU, int NU>
+__device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* act, int act_stride, int out, int in, int R,
+                                         float* dw, float* db, int lane, int warp, int nw) {
+    const int n_units_n = in / (16 * NU), units = (out / (16 * MU)) * n_units_n;
+    const uint32_t a_lane = smem_addr(dz) + x4_offset(lane, X4Pattern::kColsFirst, dz_stride * 2);
+    const uint32_t b_lane = smem_addr(act) + x4_offset(lane, X4Pattern::kRowsFirst, act_stride * 2);
+    const uint32_t ones = pack2<T>(1.0f, 1.0f);
+    const int gq = mma::group_of(lane), t = mma::thread_in_group(lane);
+    for (int u = warp; u < units; u += nw) {
+        const int m0 = (u / n_units_n) * 16 * MU, n0 = (u % n_units_n) * 16 * NU;
+        const bool with_bias = db != nullptr && n0 == 0;
+        float acc[MU][2 * NU][4] = {};
+        float accb[MU][4] = {};
+        for (int k0 = 0; k0 < R; k0 += 16) {
+            uint32_t a[MU][4];
+#pragma unroll
+            for (int mu = 0; mu < MU; ++mu) ldmatrix_x4<true>(a[mu], a_lane + k0 * dz_stride * 2 + (m0 + 16 * mu) * 2);
+#pragma unroll
+            for (int nu = 0; nu < NU; ++nu) {
+                uint32_t b[4];
+                ldmatrix_x4<true>(b, b_lane + k0 * act_stride * 2 + (n0 + 16 * nu) * 2);
+#pragma unroll
+                for (int mu = 0; mu < MU; ++mu) {
+                    mma_16816<T>(acc[mu][2 * nu], a[mu], b[0], b[1]);
+                    mma_16816<T>(acc[mu][2 * nu + 1], a[mu], b[2], b[3]);
+                }
+            }
+            if (with_bias)
+#pragma unroll
+                for (int mu = 0; mu < MU; ++mu) mma_16816<T>(accb[mu], a[mu], ones, ones);
+        }
+        // Each element of dW belongs to exactly one lane of one warp: plain read-modify-write of the
+        // lane's 4 floats of C tile (mt, nt) in fragment order (Shape::fragment_index).
+#pragma unroll
+        for (int mu = 0; mu < MU; ++mu) {
+#pragma unroll
+            for (int j = 0; j < 2 * NU; ++j) {
+                const int mt = m0 / 16 + mu, nt = n0 / 8 + j;
+                float4* d = reinterpret_cast<float4*>(dw + ((int64_t(mt) * (in / 8) + nt) * 32 + lane) * 4);
+                float4 v = *d;
+                v.x += acc[mu][j][0];
+                v.y += acc[mu][j][1];
+                v.z += acc[mu][j][2];
+                v.w += acc[mu][j][3];
+                *d = v;
+            }
+            if (with_bias && t == 0) {  // every column of the ones-product holds the row sum
+                db[m0 + 16 * mu + gq] += accb[mu][0];
+                db[m0 + 16 * mu + gq + 8] += accb[mu][2];
+            }
+        }
+    }
+}
+
+// Picks the largest unit that still gives every warp work (runtime shape -> compile-time tile).
+template <typename T>
+__device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* act, int act_stride, int out, int in, int R,
+                                         float* dw, float* db, int lane, int warp, int nw) {
+    auto units = [&](int mu, int nu) { return (out % (16 * mu) || in % (16 * nu)) ? 0 : (out / (16 * mu)) * (in / (16 * nu)); };
+    if (units(2, 2) >= nw)
+        dw_units<T, 2, 2>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
+    else if (units(2, 1) >= nw)
+        dw_units<T, 2, 1>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
+    else if (units(1, 2) >= nw)
+        dw_units<T, 1, 2>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
+    else
+        dw_units<T, 1, 1>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
+}
+
+template <typename T, int W>
+__global__ void __launch_bounds__(kMaxWarps * 32) fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
+    constexpr int MT = kBackwardMTiles, RW = 16 * MT, NC = W / 16;
+    extern __shared__ __align__(16) char smem[];
+    const BackwardPlan& p = args.bwd;
+    const Shape& s = args.shape;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int R = nw * RW, L = s.n_hidden;
+    const int gq = mma::group_of(lane), t = mma::thread_in_group(lane);
+    const int64_t n_tiles = (args.rows + R - 1) / R;
+    const int in_bytes = args.in_f32 ? 4 : 2, dy_bytes = args.out_f32 ? 4 : 2;
+    const bool want_dw = args.dw_partials != nullptr, want_dx = args.dx != nullptr;
+    char* wsm = smem + p.off_weights;
+    char* raw = smem + p.off_raw + int64_t(warp) * RW * p.raw_stride;
+    char* dyt = smem + p.off_dy + int64_t(warp) * RW * p.dy_stride;
+    T* X = reinterpret_cast<T*>(smem + p.off_x);
+    T* stash = p.stash_in_smem ? reinterpret_cast<T*>(smem + p.off_stash)
+                               : reinterpret_cast<T*>(static_cast<char*>(args.stash) + blockIdx.x * p.stash_bytes_per_block);
+    T* awork = reinterpret_cast<T*>(smem + p.off_awork);
+    T* DZ = reinterpret_cast<T*>(smem + p.off_dz);
+    float* dw = p.dw_in_smem ? reinterpret_cast<float*>(smem + p.off_dw) : args.dw_partials + blockIdx.x * s.n_params();
+    const int64_t tile_elems = int64_t(R) * p.act_stride, dz_elems = int64_t(R) * p.dz_stride;
+    auto stash_a = [&](int l) { return stash + (int64_t(l) * p.n_stashes) * tile_elems; };
+    auto stash_d = [&](int l) { return stash + (int64_t(l) * p.n_stashes + 1) * tile_elems; };
+    const char* in_base = static_cast<const char*>(args.in);
+    const char* dy_base = static_cast<const char*>(args.dy);
+    const int64_t in_pitch = args.in_stride * in_bytes, dy_pitch = args.dy_stride * dy_bytes;
+
+    auto rows_valid = [&](int64_t tile) {
+        return static_cast<int>(min(max(args.rows - (tile * R + warp * RW), int64_t(0)), int64_t(RW)));
+    };
+    auto issue_input = [&](int64_t tile) {
+        const int64_t row0 = tile * R + warp * RW;
+        const int valid = rows_valid(tile);
+        rows_to_smem(args.in_vec, raw, p.raw_stride, in_base + (valid > 0 ? row0 * in_pitch : 0), in_pitch, in_base,
+                     s.n_in * in_bytes, RW, valid, lane);
+    };
+    auto issue_dy = [&](int64_t tile) {
+        const int64_t row0 = tile * R + warp * RW;
+        const int valid = rows_valid(tile);
+        rows_to_smem(args.dy_vec, dyt, p.dy_stride, dy_base + (valid > 0 ? row0 * dy_pitch : 0), dy_pitch, dy_base,
+                     s.n_out * dy_bytes, RW, valid, lane);
+    };
+    auto ensure_layer = [&](int l) -> const char* {
+        if (p.weights_resident) return wsm + s.slot_offset(l);
+        __syncthreads();
+        load_slot<T>(args, l, wsm);
+        cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();
+        return wsm;
+    };
+
+    if (want_dw)
+        for (int64_t i = threadIdx.x; i < s.n_params() / 4; i += blockDim.x)
+            reinterpret_cast<float4*>(dw)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (p.weights_resident)
+        for (int l = 0; l <= L; ++l) load_slot<T>(args, l, wsm + s.slot_offset(l));
+    if (blockIdx.x < n_tiles) {
+        issue_input(blockIdx.x);
+        issue_dy(blockIdx.x);
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const int64_t row0 = tile * R + warp * RW;
+        const int valid = rows_valid(tile);
+        const int wrow = warp * RW;  // first block-local row of this warp
+        raw_to_tile<T>(raw, p.raw_stride, X + wrow * p.x_stride, p.x_stride, RW, s.n_in, s.pin, args.in_f32,
+                       args.pad_value, lane);
+        __syncwarp();
+        const bool has_next = tile + gridDim.x < n_tiles;
+        if (has_next) issue_input(tile + gridDim.x);
+        cp_async_commit();
+
+        // ---- Recomputed forward pass; a (and f'(z)) of hidden layers go to the stash.
+        uint32_t h[MT][NC][4];
+        auto stash_tiles = [&](int l, T*& a_tile, T*& d_tile) {
+            a_tile = stash_a(l) + int64_t(wrow) * p.act_stride;
+            d_tile = p.n_stashes > 1 ? stash_d(l) + int64_t(wrow) * p.act_stride : nullptr;
+        };
+        const uint32_t x_addr = smem_addr(X + wrow * p.x_stride) + x4_offset(lane, X4Pattern::kRowsFirst, p.x_stride * 2);
+        for (int l = 0; l < L; ++l) {
+            const LayerSlot w = layer_slot(ensure_layer(l), s.layer_in(l), W, s.bias, lane);
+            T *at, *dt;
+            stash_tiles(l, at, dt);
+            uint32_t h2[MT][NC][4];
+#pragma unroll
+            for (int c = 0; c < NC; ++c) {
+                float acc[MT][2][4];
+                hidden_chunk<T>(acc, l == 0, c, h, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
+                with_activation(args.act, [&](auto A) {
+                    hidden_chunk_to_stash<T, decltype(A)::value>(acc, h2, c, lane, at, dt, p.act_stride);
+                });
+            }
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int k = 0; k < NC; ++k)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) h[m][k][r] = h2[m][k][r];
+        }
+        {
+            // Output layer: dz = round_T(dL/dy * f_out'(z)), zero for padded columns and rows past the batch.
+            const LayerSlot w = layer_slot(ensure_layer(L), W, s.pout, s.bias, lane);
+            T* dz_top = DZ + (L & 1) * dz_elems;
+            for (int c = 0; c < s.pout / 16; ++c) {
+                float acc[MT][2][4];
+                output_chunk<T>(acc, c, h, w, lane);
+                with_activation(args.out_act, [&](auto A) {
+#pragma unroll
+                    for (int m = 0; m < MT; ++m)
+#pragma unroll
+                        for (int j = 0; j < 2; ++j)
+#pragma unroll
+                            for (int hh = 0; hh < 2; ++hh) {
+                                const int row = 16 * m + gq + 8 * hh, col = 16 * c + 8 * j + 2 * t;
+                                const char* dr = dyt + row * p.dy_stride;
+                                float d[2];
+#pragma unroll
+                                for (int e = 0; e < 2; ++e) {
+                                    d[e] = 0.0f;
+                                    if (row < valid && col + e < s.n_out) {
+                                        const float g = args.out_f32 ? reinterpret_cast<const float*>(dr)[col + e]
+                                                                     : gpu::to_acc(reinterpret_cast<const T*>(dr)[col + e]);
+                                        d[e] = g * act_deriv<decltype(A)::value>(acc[m][j][2 * hh + e]);
+                                    }
+                                }
+                                *reinterpret_cast<uint32_t*>(dz_top + (wrow + row) * p.dz_stride + col) = pack2<T>(d[0], d[1]);
+                            }
+                });
+            }
+        }
+        __syncwarp();  // the dy tile is consumed: prefetch the next one
+        if (has_next) issue_dy(tile + gridDim.x);
+        cp_async_commit();
+
+        // ---- Backward through the layers.
+        uint32_t dzr[MT][NC][4];  // dz of the current hidden layer as A fragments (K = W)
+        for (int l = L; l >= 0; --l) {
+            const int out = s.layer_out(l), in = s.layer_in(l);
+            const T* dz_cur = DZ + (l & 1) * dz_elems;
+            const T* act_src = X;
+            int act_stride = p.x_stride;
+            if (l > 0) {
+                act_stride = p.act_stride;
+                if (p.stash_in_smem) {
+                    act_src = stash_a(l - 1);
+                } else {  // copy this warp's rows of a_{l-1} from the global stash into shared memory
+                    T* aw = awork + (l & 1) * tile_elems;
+                    const T* src = stash_a(l - 1);
+                    const int q = W / 8;
+                    for (int i = lane; i < RW * q; i += 32) {
+                        const int r = i / q, c = (i - r * q) * 8;
+                        *reinterpret_cast<uint4*>(aw + (wrow + r) * p.act_stride + c) =
+                            *reinterpret_cast<const uint4*>(src + int64_t(wrow + r) * p.act_stride + c);
+                    }
+                    act_src = aw;
+                }
+            }
+            __syncthreads();
+            if (want_dw)
+                dw_layer<T>(dz_cur, p.dz_stride, act_src, act_stride, out, in, R, dw + s.weight_offset(l),
+                            s.bias ? dw + s.bias_offset(l) : nullptr, lane, warp, nw);
+            if (l == 0 && !want_dx) break;
+
+            // dL/da_{l-1} = dz_l W_l (B = W_l^T: ldmatrix.trans of the [out][in] slot).
+            const char* slot = (l == L) ? (p.weights_resident ? wsm + s.slot_offset(l) : wsm) : ensure_layer(l);
+            const int ws = mma::padded_row(in) * 2;
+            const uint32_t b_base = smem_addr(slot) + x4_offset(lane, X4Pattern::kRowsFirst, ws);
+            const int b_kstep = 16 * ws;
+            auto chain_chunk = [&](int c, float (&acc)[MT][2][4]) {
+#pragma unroll
+                for (int m = 0; m < MT; ++m)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.0f;
+                if (l == L)
+                    mma_chunk_smem<T, MT, true>(acc, smem_addr(dz_cur + wrow * p.dz_stride) +
+                                                         x4_offset(lane, X4Pattern::kRowsFirst, p.dz_stride * 2),
+                                                16 * p.dz_stride * 2, s.pout / 16, b_base + c * 32, b_kstep);
+                else
+                    mma_chunk_regs<T, MT, NC, true>(acc, dzr, NC, b_base + c * 32, b_kstep);
+            };
+            if (l > 0) {
+                // dz_{l-1} = round_T(dL/da_{l-1} * f'(z_{l-1})): f' from the stash.
+                T* dz_next = DZ + ((l - 1) & 1) * dz_elems;
+                const T* a_prev = stash_a(l - 1);
+                const T* d_prev = stash_d(l - 1);
+                uint32_t dzn[MT][NC][4];
+                const int64_t tile_off = int64_t(wrow) * p.act_stride;
+                const T* at = a_prev + tile_off;
+                const T* dt = p.n_stashes > 1 ? d_prev + tile_off : nullptr;
+                T* zt = dz_next + wrow * p.dz_stride;
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    float acc[MT][2][4];
+                    chain_chunk(c, acc);
+                    using A = Activation;
+                    switch (args.act) {  // f' from the stored a for these three, from the stored f'(z) otherwise
+                        case A::None: chain_chunk_to_dz<T, A::None>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
+                        case A::ReLU: chain_chunk_to_dz<T, A::ReLU>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
+                        case A::LeakyReLU:
+                            chain_chunk_to_dz<T, A::LeakyReLU>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride);
+                            break;
+                        default: chain_chunk_to_dz<T, A::Sine>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < MT; ++m)
+#pragma unroll
+                    for (int k = 0; k < NC; ++k)
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) dzr[m][k][r] = dzn[m][k][r];
+                __syncwarp();
+            } else {
+                // dL/dx = dz_0 W_0, first n_in columns, in the input dtype.
+                for (int c = 0; c < s.pin / 16; ++c) {
+                    float acc[MT][2][4];
+                    chain_chunk(c, acc);
+#pragma unroll
+                    for (int m = 0; m < MT; ++m)
+#pragma unroll
+                        for (int j = 0; j < 2; ++j)
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) {
+                                const mma::Coord rc = mma::c_frag_coord(lane, i);
+                                const int row = 16 * m + rc.row, col = 16 * c + 8 * j + rc.col;
+                                if (row < valid && col < s.n_in) {
+                                    const int64_t o = (row0 + row) * args.dx_stride + col;
+                                    if (args.in_f32) static_cast<float*>(args.dx)[o] = acc[m][j][i];
+                                    else static_cast<T*>(args.dx)[o] = gpu::from_acc<T>(acc[m][j][i]);
+                                }
+                            }
+                }
+            }
+        }
+        cp_async_wait_all();
+        __syncthreads();
+    }
+
+    if (want_dw && p.dw_in_smem) {  // the block's accumulators -> its global slot (same order)
+        __syncthreads();
+        float4* dst = reinterpret_cast<float4*>(args.dw_partials + blockIdx.x * s.n_params());
+        const float4* src = reinterpret_cast<const float4*>(dw);
+        for (int64_t i = threadIdx.x; i < s.n_params() / 4; i += blockDim.x) dst[i] = src[i];
+    }
+}
+
+// ============================================================================================
+// Host side of one instantiation.
+// ============================================================================================
+
+template <typename H> using device_of = gpu::device_t<H>;
+
+template <typename H, int W> KernelInfo Kernels<H, W>::forward_info(int max_smem) {
+    auto* k = fully_fused_mlp_forward_kernel<device_of<H>, W>;
+    TNN_GPU_CHECK(gpu_func_set_attribute(k, gpu_func_attribute_max_dynamic_shared_memory_size, max_smem));
+    gpu_func_attributes_t a;
+    TNN_GPU_CHECK(gpu_func_get_attributes(&a, k));
+    return KernelInfo{a.numRegs, int(a.localSizeBytes)};
+}
+
+template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_smem) {
+    auto* k = fully_fused_mlp_backward_kernel<device_of<H>, W>;
+    TNN_GPU_CHECK(gpu_func_set_attribute(k, gpu_func_attribute_max_dynamic_shared_memory_size, max_smem));
+    gpu_func_attributes_t a;
+    TNN_GPU_CHECK(gpu_func_get_attributes(&a, k));
+    return KernelInfo{a.numRegs, int(a.localSizeBytes)};
+}
+
+template <typename H, int W> void Kernels<H, W>::forward(const KernelArgs& args, int grid, void* stream) {
+    fully_fused_mlp_forward_kernel<device_of<H>, W>
+        <<<grid, args.fwd.n_warps * 32, args.fwd.smem_bytes, static_cast<gpu_stream_t>(stream)>>>(args);
+    TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_forward_kernel");
+}
+
+template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args, int grid, void* stream) {
+    fully_fused_mlp_backward_kernel<device_of<H>, W>
+        <<<grid, args.bwd.n_warps * 32, args.bwd.smem_bytes, static_cast<gpu_stream_t>(stream)>>>(args);
+    TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_backward_kernel");
+}
+
+}  // namespace tnn::ffm

@@ -1,0 +1,522 @@
+// FullyFusedMLP's index maths on the CPU: one warp's ldmatrix / mma.sync m16n8k16 data movement is
+// emulated with the lane maps of mma_layout.h (the ones the kernels use) and must compute the
+// products the kernels rely on; plus the parameter / shared-memory layouts and the planner.
+#include "networks/fully_fused_mlp.h"
+#include "networks/mma_layout.h"
+#include "test_util.h"
+
+#include <array>
+#include <set>
+
+using namespace tnn;
+using mma::Coord;
+using mma::X4Pattern;
+
+namespace {
+
+constexpr int kLanes = 32;  // the warp the PTX fragment layouts are defined for
+
+// A row-major 2-D array of 16-bit elements in "shared memory" (values kept as floats: the tests use
+// small integers, so every product and sum below is exact).
+struct Smem {
+    int rows, stride;
+    std::vector<float> v;
+    Smem(int r, int cols) : rows(r), stride(mma::padded_row(cols)), v(static_cast<size_t>(r) * stride, 0.0f) {}
+    float& at(int r, int c) { return v[static_cast<size_t>(r) * stride + c]; }
+};
+
+using Regs4 = std::array<std::array<std::array<float, 2>, 4>, kLanes>;  // [lane][register][half]
+
+// ldmatrix.x4 over the 16x16 block at (r0, c0), each lane supplying the address x4_lane_address
+// gives it (as the kernels do through x4_offset); register j of lane T receives matrix j.
+Regs4 ldmatrix_x4(Smem& m, int r0, int c0, X4Pattern p, bool trans) {
+    std::array<int, kLanes> row_start{};
+    for (int lane = 0; lane < kLanes; ++lane) {
+        const Coord a = mma::x4_lane_address(lane, p);
+        row_start[lane] = (r0 + a.row) * m.stride + c0 + a.col;
+        EXPECT_EQ(row_start[lane] * 2 % 16, 0) << "ldmatrix row addresses must be 16-byte aligned";
+    }
+    Regs4 out{};
+    for (int lane = 0; lane < kLanes; ++lane)
+        for (int j = 0; j < 4; ++j)
+            for (int h = 0; h < 2; ++h) {
+                const Coord e = mma::ldmatrix_coord(lane, h, trans);
+                out[lane][j][h] = m.v[row_start[8 * j + e.row] + e.col];
+            }
+    return out;
+}
+
+// mma.sync m16n8k16: rebuilds A (16x16) and B (16x8) from the lanes' registers by the fragment maps
+// (every element must be supplied exactly once), multiplies, and adds into the C fragments.
+void mma_16816(std::array<std::array<float, 4>, kLanes>& c, const Regs4& a, const std::array<std::array<std::array<float, 2>, 2>, kLanes>& b) {
+    float A[16][16], B[16][8];
+    int seen_a[16][16] = {}, seen_b[16][8] = {};
+    for (int lane = 0; lane < kLanes; ++lane)
+        for (int r = 0; r < 4; ++r)
+            for (int h = 0; h < 2; ++h) {
+                const Coord x = mma::a_frag_coord(lane, r, h);
+                A[x.row][x.col] = a[lane][r][h];
+                ++seen_a[x.row][x.col];
+                if (r < 2) {
+                    const Coord y = mma::b_frag_coord(lane, r, h);
+                    B[y.row][y.col] = b[lane][r][h];
+                    ++seen_b[y.row][y.col];
+                }
+            }
+    for (int i = 0; i < 16; ++i)
+        for (int k = 0; k < 16; ++k) ASSERT_EQ(seen_a[i][k], 1);
+    for (int k = 0; k < 16; ++k)
+        for (int n = 0; n < 8; ++n) ASSERT_EQ(seen_b[k][n], 1);
+    for (int lane = 0; lane < kLanes; ++lane)
+        for (int i = 0; i < 4; ++i) {
+            const Coord x = mma::c_frag_coord(lane, i);
+            float s = 0;
+            for (int k = 0; k < 16; ++k) s += A[x.row][k] * B[k][x.col];
+            c[lane][i] += s;
+        }
+}
+
+using BFrag = std::array<std::array<std::array<float, 2>, 2>, kLanes>;
+// The two B fragments (n-tiles 0 and 1) an x4 load delivers in registers {0, 1} and {2, 3}.
+BFrag b_tile(const Regs4& r, int n_tile) {
+    BFrag b{};
+    for (int lane = 0; lane < kLanes; ++lane) {
+        b[lane][0] = r[lane][2 * n_tile];
+        b[lane][1] = r[lane][2 * n_tile + 1];
+    }
+    return b;
+}
+
+using CFrag = std::array<std::array<float, 4>, kLanes>;
+// The value a set of C fragments (n-tiles of 8 columns, starting at column 0) puts at (row, col).
+float c_value(const std::vector<CFrag>& tiles, int row, int col) {
+    for (int lane = 0; lane < kLanes; ++lane)
+        for (int i = 0; i < 4; ++i) {
+            const Coord x = mma::c_frag_coord(lane, i);
+            if (x.row == row && x.col == col % 8) return tiles[col / 8][lane][i];
+        }
+    ADD_FAILURE() << "no lane holds (" << row << ", " << col << ")";
+    return 0;
+}
+
+Smem random_matrix(int rows, int cols, uint64_t seed) {
+    Smem m(rows, cols);
+    Pcg32 rng(seed);
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) m.at(r, c) = static_cast<float>(static_cast<int>(rng.next_float() * 7.0f) - 3);
+    return m;
+}
+
+}  // namespace
+
+TEST(FusedLayout, FragmentMapsAreBijections) {
+    std::set<std::pair<int, int>> a, b, c;
+    for (int lane = 0; lane < kLanes; ++lane) {
+        for (int r = 0; r < 4; ++r)
+            for (int h = 0; h < 2; ++h) {
+                const Coord x = mma::a_frag_coord(lane, r, h);
+                EXPECT_TRUE(x.row >= 0 && x.row < 16 && x.col >= 0 && x.col < 16);
+                a.insert({x.row, x.col});
+            }
+        for (int r = 0; r < 2; ++r)
+            for (int h = 0; h < 2; ++h) {
+                const Coord x = mma::b_frag_coord(lane, r, h);
+                EXPECT_TRUE(x.row >= 0 && x.row < 16 && x.col >= 0 && x.col < 8);
+                b.insert({x.row, x.col});
+            }
+        for (int i = 0; i < 4; ++i) {
+            const Coord x = mma::c_frag_coord(lane, i);
+            EXPECT_TRUE(x.row >= 0 && x.row < 16 && x.col >= 0 && x.col < 8);
+            c.insert({x.row, x.col});
+        }
+    }
+    EXPECT_EQ(a.size(), 256u);
+    EXPECT_EQ(b.size(), 128u);
+    EXPECT_EQ(c.size(), 128u);
+}
+
+TEST(FusedLayout, PaddedRowsMakeLdmatrixConflictFree) {
+    // The 8 rows of each 8x8 matrix must start in 8 distinct 16-byte groups of the 128-byte bank
+    // window, for every row width the kernels use.
+    for (int cols : {16, 32, 48, 64, 80, 128, 256, 1008})
+        for (X4Pattern p : {X4Pattern::kRowsFirst, X4Pattern::kColsFirst})
+            for (int j = 0; j < 4; ++j) {
+                std::set<int> groups;
+                for (int r = 0; r < 8; ++r) {
+                    const Coord a = mma::x4_lane_address(8 * j + r, p);
+                    const int byte = (a.row * mma::padded_row(cols) + a.col) * 2;
+                    groups.insert(byte % 128 / 16);
+                }
+                EXPECT_EQ(groups.size(), 8u) << "cols " << cols << " matrix " << j;
+            }
+}
+
+TEST(FusedLayout, ForwardLayerChunkComputesXTimesWTransposed) {
+    // z[16 rows][16 cols of chunk c] = X[16][K] W[out][K]^T: A = X tile (kRowsFirst, ldmatrix),
+    // B = [out][in] weight slot (kColsFirst, ldmatrix), as hidden_chunk / output_chunk do.
+    const int K = 48, out = 32;
+    Smem x = random_matrix(16, K, 1), w = random_matrix(out, K, 2);
+    for (int c = 0; c < out / 16; ++c) {
+        std::vector<CFrag> acc(2, CFrag{});
+        for (int k = 0; k < K / 16; ++k) {
+            const Regs4 a = ldmatrix_x4(x, 0, 16 * k, X4Pattern::kRowsFirst, false);
+            const Regs4 b = ldmatrix_x4(w, 16 * c, 16 * k, X4Pattern::kColsFirst, false);
+            mma_16816(acc[0], a, b_tile(b, 0));
+            mma_16816(acc[1], a, b_tile(b, 1));
+        }
+        for (int r = 0; r < 16; ++r)
+            for (int n = 0; n < 16; ++n) {
+                float want = 0;
+                for (int k = 0; k < K; ++k) want += x.at(r, k) * w.at(16 * c + n, k);
+                ASSERT_EQ(c_value(acc, r, n), want) << "chunk " << c << " (" << r << ", " << n << ")";
+            }
+    }
+}
+
+TEST(FusedLayout, RegisterHandoffFeedsTheNextLayer) {
+    // Layer 1's C fragments, packed by handoff_c_tile / handoff_c_elem, must be the A fragments of
+    // layer 2: then z2 = (X W1^T) W2^T without any shared-memory round trip.
+    const int K = 32, width = 32, out = 16;
+    Smem x = random_matrix(16, K, 3), w1 = random_matrix(width, K, 4), w2 = random_matrix(out, width, 5);
+    std::vector<Regs4> h(width / 16);  // A fragments of layer 2, k-step c
+    for (int c = 0; c < width / 16; ++c) {
+        std::vector<CFrag> acc(2, CFrag{});
+        for (int k = 0; k < K / 16; ++k) {
+            const Regs4 a = ldmatrix_x4(x, 0, 16 * k, X4Pattern::kRowsFirst, false);
+            const Regs4 b = ldmatrix_x4(w1, 16 * c, 16 * k, X4Pattern::kColsFirst, false);
+            mma_16816(acc[0], a, b_tile(b, 0));
+            mma_16816(acc[1], a, b_tile(b, 1));
+        }
+        for (int lane = 0; lane < kLanes; ++lane)
+            for (int r = 0; r < 4; ++r)
+                for (int hh = 0; hh < 2; ++hh) {
+                    h[c][lane][r][hh] = acc[mma::handoff_c_tile(r)][lane][mma::handoff_c_elem(r, hh)];
+                    // The stash writes the packed pair at a_frag_coord(lane, r, 0) + (0, hh).
+                    const Coord at = mma::a_frag_coord(lane, r, hh);
+                    float want = 0;
+                    for (int k = 0; k < K; ++k) want += x.at(at.row, k) * w1.at(16 * c + at.col, k);
+                    ASSERT_EQ(h[c][lane][r][hh], want);
+                }
+    }
+    std::vector<CFrag> acc(2, CFrag{});
+    for (int k = 0; k < width / 16; ++k) {
+        const Regs4 b = ldmatrix_x4(w2, 0, 16 * k, X4Pattern::kColsFirst, false);
+        mma_16816(acc[0], h[k], b_tile(b, 0));
+        mma_16816(acc[1], h[k], b_tile(b, 1));
+    }
+    for (int r = 0; r < 16; ++r)
+        for (int n = 0; n < out; ++n) {
+            float want = 0;
+            for (int j = 0; j < width; ++j) {
+                float z1 = 0;
+                for (int k = 0; k < K; ++k) z1 += x.at(r, k) * w1.at(j, k);
+                want += z1 * w2.at(n, j);
+            }
+            ASSERT_EQ(c_value(acc, r, n), want) << "(" << r << ", " << n << ")";
+        }
+}
+
+TEST(FusedLayout, BackwardChainComputesDzTimesW) {
+    // dL/da[16][in] = dz[16][out] W[out][in]: A = dz tile (kRowsFirst), B = the same [out][in] slot
+    // read with ldmatrix.trans in the kRowsFirst pattern, as the backward chain does.
+    const int out = 32, in = 48;
+    Smem dz = random_matrix(16, out, 6), w = random_matrix(out, in, 7);
+    for (int c = 0; c < in / 16; ++c) {
+        std::vector<CFrag> acc(2, CFrag{});
+        for (int k = 0; k < out / 16; ++k) {
+            const Regs4 a = ldmatrix_x4(dz, 0, 16 * k, X4Pattern::kRowsFirst, false);
+            const Regs4 b = ldmatrix_x4(w, 16 * k, 16 * c, X4Pattern::kRowsFirst, true);
+            mma_16816(acc[0], a, b_tile(b, 0));
+            mma_16816(acc[1], a, b_tile(b, 1));
+        }
+        for (int r = 0; r < 16; ++r)
+            for (int n = 0; n < 16; ++n) {
+                float want = 0;
+                for (int k = 0; k < out; ++k) want += dz.at(r, k) * w.at(k, 16 * c + n);
+                ASSERT_EQ(c_value(acc, r, n), want);
+            }
+    }
+}
+
+TEST(FusedLayout, WeightGradientComputesDzTransposedTimesActivations) {
+    // dW[out][in] = dz[R][out]^T a[R][in] over R rows: A = dz read with ldmatrix.trans (kColsFirst),
+    // B = a read with ldmatrix.trans (kRowsFirst), bias gradient = dz^T times a B of ones, as dw_units.
+    const int R = 48, out = 32, in = 16;
+    Smem dz = random_matrix(R, out, 8), act = random_matrix(R, in, 9);
+    for (int m0 = 0; m0 < out; m0 += 16) {
+        std::vector<CFrag> acc(2, CFrag{});
+        CFrag bias{};
+        BFrag ones{};
+        for (auto& l : ones)
+            for (auto& r : l) r = {1.0f, 1.0f};
+        for (int k0 = 0; k0 < R; k0 += 16) {
+            const Regs4 a = ldmatrix_x4(dz, k0, m0, X4Pattern::kColsFirst, true);
+            const Regs4 b = ldmatrix_x4(act, k0, 0, X4Pattern::kRowsFirst, true);
+            mma_16816(acc[0], a, b_tile(b, 0));
+            mma_16816(acc[1], a, b_tile(b, 1));
+            mma_16816(bias, a, ones);
+        }
+        for (int o = 0; o < 16; ++o) {
+            float bsum = 0;
+            for (int r = 0; r < R; ++r) bsum += dz.at(r, m0 + o);
+            for (int n = 0; n < 8; ++n) ASSERT_EQ(c_value({bias}, o, n), bsum) << "every column holds the row sum";
+            for (int i = 0; i < in; ++i) {
+                float want = 0;
+                for (int r = 0; r < R; ++r) want += dz.at(r, m0 + o) * act.at(r, i);
+                ASSERT_EQ(c_value(acc, o, i), want) << "dW(" << m0 + o << ", " << i << ")";
+            }
+        }
+    }
+}
+
+TEST(FusedLayout, ShapeMatchesMlpLayout) {
+    for (uint32_t width : {16u, 32u, 64u, 128u})
+        for (uint32_t n_in : {1u, 3u, 16u, 32u, 33u, 100u})
+            for (uint32_t n_out : {1u, 16u, 17u, 64u})
+                for (uint32_t hidden : {1u, 2u, 5u})
+                    for (bool bias : {false, true}) {
+                        json cfg = {{"otype", "FullyFusedMLP"}, {"n_neurons", width}, {"n_hidden_layers", hidden}};
+                        if (bias) cfg["bias"] = true;
+                        auto net = create_network(n_in, n_out, cfg);
+                        const MlpLayout& l = net->layout();
+                        const ffm::Shape s = ffm::shape_of(l);
+                        ASSERT_EQ(static_cast<size_t>(s.n_params()), l.n_params());
+                        ASSERT_EQ(static_cast<size_t>(s.n_matrix_params()), l.n_matrix_params());
+                        for (uint32_t k = 0; k < l.n_layers(); ++k) {
+                            ASSERT_EQ(static_cast<size_t>(s.weight_offset(k)), l.weight_offset(k));
+                            if (bias) {
+                                ASSERT_EQ(static_cast<size_t>(s.bias_offset(k)), l.bias_offset(k));
+                            }
+                            ASSERT_EQ(s.slot_bytes(k) % 16, 0);
+                            ASSERT_EQ(s.slot_offset(k) + s.slot_bytes(k),
+                                      k == l.n_hidden_layers ? s.resident_weight_bytes() : s.slot_offset(k + 1));
+                            ASSERT_LE(s.slot_bytes(k), s.max_slot_bytes());
+                            ASSERT_EQ(s.weight_offset(k) % 4, 0);  // float4 read-modify-writes stay aligned
+                        }
+                    }
+}
+
+TEST(FusedLayout, WeightGradientFragmentOrderIsABijection) {
+    // dw_units adds element i of lane L's C tile (mt, nt) of layer l at
+    //   weight_offset(l) + ((mt * in / 8 + nt) * 32 + L) * 4 + i;
+    // the reduction reads parameter p from fragment_index(p). They must agree, and cover each float once.
+    for (auto [width, n_in, n_out, hidden] : std::vector<std::array<int, 4>>{{16, 3, 1, 1}, {64, 32, 16, 2}, {128, 100, 64, 3}, {32, 16, 48, 4}}) {
+        MlpLayout l;
+        l.width = width, l.n_input_dims = n_in, l.n_output_dims = n_out, l.n_hidden_layers = hidden, l.bias = true;
+        l.padded_input_dims = (n_in + 15) / 16 * 16, l.padded_output_dims = (n_out + 15) / 16 * 16;
+        const ffm::Shape s = ffm::shape_of(l);
+        std::vector<int> hits(static_cast<size_t>(s.n_params()), 0);
+        for (int64_t p = 0; p < s.n_params(); ++p) ++hits[static_cast<size_t>(s.fragment_index(p))];
+        for (int h : hits) ASSERT_EQ(h, 1);
+        for (int k = 0; k <= hidden; ++k) {
+            const int in = s.layer_in(k), out = s.layer_out(k);
+            for (int mt = 0; mt < out / 16; ++mt)
+                for (int nt = 0; nt < in / 8; ++nt)
+                    for (int lane = 0; lane < kLanes; ++lane)
+                        for (int i = 0; i < 4; ++i) {
+                            const Coord c = mma::c_frag_coord(lane, i);
+                            const int64_t p = s.weight_offset(k) + int64_t(16 * mt + c.row) * in + 8 * nt + c.col;
+                            ASSERT_EQ(s.fragment_index(p), s.weight_offset(k) + ((int64_t(mt) * (in / 8) + nt) * 32 + lane) * 4 + i);
+                        }
+        }
+        for (int64_t p = s.n_matrix_params(); p < s.n_params(); ++p) ASSERT_EQ(s.fragment_index(p), p);
+    }
+}
+
+namespace {
+
+ffm::DeviceLimits h200_limits(int regs = 128) {
+    ffm::DeviceLimits d;
+    d.smem_per_block = 232448;  // 227 KiB opt-in (sm_90)
+    d.smem_per_sm = d.smem_per_block + 1024;
+    d.regs_per_thread = regs;
+    return d;
+}
+
+ffm::Shape shape(int width, int n_in, int n_out, int hidden, bool bias = false) {
+    MlpLayout l;
+    l.width = width, l.n_input_dims = n_in, l.n_output_dims = n_out, l.n_hidden_layers = hidden, l.bias = bias;
+    l.padded_input_dims = (n_in + 15) / 16 * 16, l.padded_output_dims = (n_out + 15) / 16 * 16;
+    return ffm::shape_of(l);
+}
+
+// Regions [offset, offset + size) must be disjoint (or identical: the output staging may reuse the
+// input tile), 16-byte aligned, and inside the block's shared memory.
+void expect_disjoint(std::vector<std::pair<int64_t, int64_t>> regions, int64_t total, const std::string& what) {
+    for (auto& [off, size] : regions) {
+        EXPECT_EQ(off % 16, 0) << what;
+        EXPECT_LE(off + size, total) << what;
+    }
+    for (size_t i = 0; i < regions.size(); ++i)
+        for (size_t j = i + 1; j < regions.size(); ++j) {
+            const auto [a, as] = regions[i];
+            const auto [b, bs] = regions[j];
+            if (as == 0 || bs == 0 || (a == b)) continue;
+            EXPECT_TRUE(a + as <= b || b + bs <= a) << what << ": regions " << i << " and " << j << " overlap";
+        }
+}
+
+void check_forward_plan(const ffm::Shape& s, int in_bytes, int out_bytes, const ffm::ForwardPlan& p, int64_t limit) {
+    const std::string what = msg("forward plan width ", s.width, " in ", s.n_in, " out ", s.n_out);
+    const int64_t R = int64_t(p.n_warps) * p.rows_per_warp;
+    EXPECT_LE(p.smem_bytes, limit) << what;
+    EXPECT_GE(p.blocks_per_sm, 1) << what;
+    EXPECT_GE(p.raw_stride, s.n_in * in_bytes) << what;
+    EXPECT_GE(p.out_stride, s.n_out * out_bytes) << what;
+    EXPECT_EQ(p.x_stride, mma::padded_row(s.pin)) << what;
+    const int64_t w = p.weights_resident ? s.resident_weight_bytes() : s.max_slot_bytes();
+    expect_disjoint({{p.off_weights, w}, {p.off_raw, R * p.raw_stride}, {p.off_x, R * p.x_stride * 2},
+                     {p.off_out, R * p.out_stride}},
+                    p.smem_bytes, what);
+    if (p.off_out == p.off_x) EXPECT_EQ(p.out_stride, p.x_stride * 2) << what << ": aliased rows must coincide";
+}
+
+void check_backward_plan(const ffm::Shape& s, const ffm::BackwardPlan& p, int64_t limit, bool want_dw) {
+    const std::string what = msg("backward plan width ", s.width, " in ", s.n_in, " out ", s.n_out, " hidden ", s.n_hidden);
+    const int64_t R = int64_t(p.n_warps) * p.rows_per_warp;
+    EXPECT_LE(p.smem_bytes, limit) << what;
+    const int64_t w = p.weights_resident ? s.resident_weight_bytes() : s.max_slot_bytes();
+    const int64_t stash = int64_t(s.n_hidden) * p.n_stashes * R * p.act_stride * 2;
+    expect_disjoint({{p.off_weights, w},
+                     {p.off_raw, R * p.raw_stride},
+                     {p.off_dy, R * p.dy_stride},
+                     {p.off_x, R * p.x_stride * 2},
+                     {p.off_stash, p.stash_in_smem ? stash : 0},
+                     {p.off_awork, p.stash_in_smem ? 0 : 2 * R * p.act_stride * 2},
+                     {p.off_dz, 2 * R * p.dz_stride * 2},
+                     {p.off_dw, p.dw_in_smem && want_dw ? s.n_params() * 4 : 0}},
+                    p.smem_bytes, what);
+    if (!p.stash_in_smem) EXPECT_GE(p.stash_bytes_per_block, stash) << what;
+    EXPECT_EQ(p.dz_stride, mma::padded_row(std::max(s.width, s.pout))) << what;
+}
+
+}  // namespace
+
+TEST(FusedPlan, BenchmarkShapesKeepEverythingOnChip) {
+    // The shapes (fp32 input, fp16 output, 2 hidden layers, ReLU) on an H200 must get the
+    // fast path: weights resident, activation stash and dW accumulators in shared memory.
+    const auto d = h200_limits();
+    for (auto [w, n_in, n_out] : std::vector<std::array<int, 3>>{{64, 32, 16}, {128, 32, 16}, {64, 64, 64}, {16, 32, 16}}) {
+        const ffm::Shape s = shape(w, n_in, n_out, 2);
+        const auto f = ffm::plan_forward(s, 4, 2, d);
+        check_forward_plan(s, 4, 2, f, d.smem_per_block);
+        EXPECT_TRUE(f.weights_resident);
+        EXPECT_GE(f.n_warps * f.blocks_per_sm, 8) << "width " << w;
+        const auto b = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d);
+        check_backward_plan(s, b, d.smem_per_block, true);
+        EXPECT_TRUE(b.weights_resident && b.stash_in_smem && b.dw_in_smem) << "width " << w << " in " << n_in;
+        EXPECT_GE(b.n_warps * b.blocks_per_sm, 4) << "width " << w;
+    }
+}
+
+TEST(FusedPlan, EveryPlanFitsAndFallsBackInOrder) {
+    const auto d = h200_limits();
+    for (int w : {16, 32, 64, 128})
+        for (int n_in : {3, 32, 100, 256})
+            for (int n_out : {1, 16, 64})
+                for (int hidden : {1, 2, 4, 10, 30})
+                    for (Activation act : {Activation::ReLU, Activation::Sine})
+                        for (bool bias : {false, true}) {
+                            const ffm::Shape s = shape(w, n_in, n_out, hidden, bias);
+                            const auto f = ffm::plan_forward(s, 4, 4, d);
+                            check_forward_plan(s, 4, 4, f, d.smem_per_block);
+                            for (bool want_dw : {true, false}) {
+                                const auto b = ffm::plan_backward(s, 4, 4, act, want_dw, d);
+                                check_backward_plan(s, b, d.smem_per_block, want_dw);
+                                EXPECT_EQ(b.n_stashes, act == Activation::ReLU ? 1 : 2);
+                            }
+                        }
+    // Deep and wide: weights cannot stay resident, and the stash moves to global memory.
+    const ffm::Shape deep = shape(128, 32, 16, 30);
+    EXPECT_FALSE(ffm::plan_forward(deep, 4, 2, d).weights_resident);
+    const auto b = ffm::plan_backward(deep, 4, 2, Activation::Sine, true, d);
+    EXPECT_FALSE(b.weights_resident);
+    EXPECT_FALSE(b.stash_in_smem);
+}
+
+TEST(FusedPlan, OverridesForceEachFallback) {
+    const auto d = h200_limits();
+    const ffm::Shape s = shape(32, 7, 5, 3, true);
+    ffm::PlanOverride o;
+    o.stream_weights = true;
+    o.stash_in_global = true;
+    o.dw_in_global = true;
+    o.forward_warps = 2;
+    o.backward_warps = 4;
+    const auto f = ffm::plan_forward(s, 4, 2, d, o);
+    EXPECT_FALSE(f.weights_resident);
+    EXPECT_EQ(f.n_warps, 2);
+    const auto b = ffm::plan_backward(s, 4, 2, Activation::SiLU, true, d, o);
+    EXPECT_FALSE(b.weights_resident || b.stash_in_smem || b.dw_in_smem);
+    EXPECT_EQ(b.n_warps, 4);
+    check_backward_plan(s, b, d.smem_per_block, true);
+}
+
+TEST(FusedPlan, TooLargeLayerNamesTheAlternatives) {
+    const auto d = h200_limits();
+    const ffm::Shape s = shape(128, 2000, 16, 2);  // the first layer alone is 128 x 2008 x 2 bytes
+    try {
+        ffm::plan_forward(s, 4, 2, d);
+        FAIL() << "expected UnsupportedError";
+    } catch (const UnsupportedError& e) {
+        EXPECT_NE(std::string(e.what()).find("BlasLtMLP"), std::string::npos) << e.what();
+    }
+}
+
+TEST(FusedPlan, CopyVectorWidth) {
+    alignas(16) static char buf[64];
+    EXPECT_EQ(ffm::copy_vector_bytes(buf, 128, 64), 16);
+    EXPECT_EQ(ffm::copy_vector_bytes(buf, 12, 12), 4);   // 3 fp32 per row
+    EXPECT_EQ(ffm::copy_vector_bytes(buf + 8, 64, 32), 8);
+    EXPECT_EQ(ffm::copy_vector_bytes(buf, 6, 6), 2);     // 3 fp16 per row
+}
+
+TEST(FullyFusedMLP, ConfigErrorsNameTheAlternatives) {
+    auto expect_error = [](const json& cfg, const char* type, const std::string& needle) {
+        try {
+            create_network(3, 4, cfg);
+            ADD_FAILURE() << "expected " << type << " for " << cfg.dump();
+        } catch (const DTypeError& e) {
+            EXPECT_STREQ(type, "DTypeError") << e.what();
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        } catch (const ConfigError& e) {
+            EXPECT_STREQ(type, "ConfigError") << e.what();
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    expect_error({{"otype", "FullyFusedMLP"}, {"n_neurons", 48}}, "ConfigError", "BlasLtMLP");
+    expect_error({{"otype", "FullyFusedMLP"}, {"n_neurons", 256}}, "ConfigError", "16, 32, 64, 128");
+    expect_error({{"otype", "FullyFusedMLP"}, {"n_neurons", 64}, {"dtype", "float32"}}, "DTypeError", "PortableMLP");
+    expect_error({{"otype", "FullyFusedMLP"}, {"n_neurons", 64}, {"dtype", "float64"}}, "DTypeError", "BlasLtMLP");
+    expect_error({{"otype", "FullyFusedMLP"}, {"n_neurons", 64}, {"n_hidden_layers", 0}}, "ConfigError", "at least 1");
+    // Defaults follow tcnn: float16, 128 neurons, 5 hidden layers; bfloat16 and fp32 outputs are allowed.
+    auto net = create_network(3, 4, {{"otype", "fullyfusedmlp"}});
+    EXPECT_EQ(net->name(), "FullyFusedMLP");
+    EXPECT_EQ(net->param_dtype(), DType::f16);
+    EXPECT_EQ(net->width(), 128u);
+    EXPECT_EQ(network_dtype({{"otype", "FullyFusedMLP"}}), DType::f16);
+    auto bf = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 16}, {"dtype", "bfloat16"},
+                                    {"output_dtype", "float32"}});
+    EXPECT_EQ(bf->param_dtype(), DType::bf16);
+    EXPECT_EQ(bf->output_dtype(), DType::f32);
+    EXPECT_TRUE(bf->accepts_input_dtype(DType::f32));
+    EXPECT_TRUE(bf->accepts_input_dtype(DType::bf16));
+    EXPECT_FALSE(bf->accepts_input_dtype(DType::f16));
+    // Round trip of hyperparams.
+    auto again = create_network(3, 4, bf->hyperparams());
+    EXPECT_EQ(again->hyperparams(), bf->hyperparams());
+}
+
+TEST(FullyFusedMLP, CpuCallsSayItRunsOnTheGpuOnly) {
+    auto net = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 32}, {"n_hidden_layers", 1}});
+    Tensor x(5, 3, DType::f32), y(5, 4, DType::f16);
+    std::vector<half> p(net->n_params(), half(0.0f));
+    try {
+        net->inference(Stream::cpu(), x.view(), y.view(), p.data());
+        FAIL() << "expected UnsupportedError";
+    } catch (const UnsupportedError& e) {
+        EXPECT_NE(std::string(e.what()).find("FullyFusedMLP runs on the GPU only; use PortableMLP on the CPU"),
+                  std::string::npos)
+            << e.what();
+    }
+}
