@@ -16,7 +16,7 @@ struct FitImageOptions {
     std::string json;         // metrics file, optional
     std::string save, resume; // checkpoint paths, optional
     uint32_t steps = 2000;
-    uint32_t batch = 1u << 14;
+    uint32_t batch = 1u << 12;
     uint64_t seed = 1337;
     uint32_t eval_interval = 250;
     int threads = 0;
