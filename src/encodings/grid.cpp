@@ -373,7 +373,7 @@ std::unique_ptr<Encoding> create_grid(const std::string& otype, uint32_t n_dims,
     if (type == "Tile") type = "Tiled";  // tcnn's alias
     o.type = type == "Hash" ? GridType::Hash : (type == "Dense" ? GridType::Dense : GridType::Tiled);
 
-    o.n_features_per_level = cfg.get_uint("n_features_per_level", 2, 1, 8);
+    o.n_features_per_level = cfg.get_uint("n_features_per_level", 2);
     if (o.n_features_per_level != 1 && o.n_features_per_level != 2 && o.n_features_per_level != 4 &&
         o.n_features_per_level != 8)
         cfg.fail("n_features_per_level", msg("must be 1, 2, 4 or 8, got ", o.n_features_per_level));

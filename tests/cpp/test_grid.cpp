@@ -194,6 +194,9 @@ TEST(GridMath, LevelActive) {
         EXPECT_EQ(grid::level_active(l, 0.0f, 16, 2), l == 0) << l;
         EXPECT_TRUE(grid::level_active(l, 1000.0f, 16, 2));
     }
+    // The 1e-3 slack: 0.49995 * 16 = 7.9992 still keeps level 8, 0.4999 * 16 = 7.9984 does not.
+    EXPECT_TRUE(grid::level_active(8, 0.49995f, 16, 2));
+    EXPECT_FALSE(grid::level_active(8, 0.4999f, 16, 2));
 }
 
 // ---- parameter counts (by hand) --------------------------------------------------------------------
