@@ -297,7 +297,7 @@ struct GpuMlpContext : Context {
     Tensor pre_out;  // [rows, n_output_dims]: z of the output layer, when output_activation != None
 };
 
-float* layer_rows(Tensor& t, uint32_t layer, int64_t rows, uint32_t width) {
+float* layer_rows(const Tensor& t, uint32_t layer, int64_t rows, uint32_t width) {
     return t.numel() == 0 ? nullptr : t.ptr<float>() + static_cast<int64_t>(layer) * rows * width;
 }
 
@@ -367,8 +367,7 @@ void backward(const MlpLayout& l, const Stream& stream, const Context& context, 
               View* dL_dinput, float* dL_dparams, const float* params, GradMode mode) {
     const auto* found = dynamic_cast<const GpuMlpContext*>(&context);
     if (!found) throw Error("PortableMLP backward (GPU): the context does not come from a GPU forward of this module");
-    // The context's tensors are logically per-call state; the const is the module contract's.
-    GpuMlpContext& ctx = const_cast<GpuMlpContext&>(*found);
+    const GpuMlpContext& ctx = *found;
     if (ctx.rows != input.rows)
         throw ShapeError(msg("PortableMLP backward (GPU): the forward pass had ", ctx.rows, " rows, the input has ",
                              input.rows));
