@@ -38,7 +38,8 @@ TEST(NetworkWithInputEncoding, Gradients) {
 }
 
 TEST(NetworkWithInputEncoding, GradientsWithParametricEncoding) {
-    if (!std::count(encoding_names().begin(), encoding_names().end(), "HashGrid")) GTEST_SKIP() << "no HashGrid yet";
+    const auto names = encoding_names();
+    if (!std::count(names.begin(), names.end(), "HashGrid")) GTEST_SKIP() << "no HashGrid yet";
     const json grid = {{"otype", "HashGrid"}, {"n_levels", 2}, {"n_features_per_level", 2}, {"log2_hashmap_size", 6},
                        {"base_resolution", 3}, {"per_level_scale", 2.0}};
     auto m = create_network_with_input_encoding(2, 1, grid, f64_mlp(4, 1));
