@@ -32,7 +32,8 @@ shorten() { local f=$1 n=$2; [ -f "$f" ] && [ "$(wc -l <"$f")" -gt "$n" ] && { t
 
 echo "== configure + build ($BUILD, sm_$CUDA_ARCH, $JOBS jobs, nvcc $NVCC)"
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTNN_CUDA=ON -DTNN_CUDA_ARCHITECTURES="$CUDA_ARCH" \
-      -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=OFF >"$OUT/build.log" 2>&1 &&
+      -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON="${TNN_PYTHON:-ON}" -DPython_EXECUTABLE="$(command -v python3)" \
+      ${EXTRA_CMAKE_FLAGS:-} >"$OUT/build.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" >>"$OUT/build.log" 2>&1; then
   warnings=$(grep -c "warning" "$OUT/build.log" || true)
   record build ok "$(( $(date +%s) - start )) s, $warnings warning lines"

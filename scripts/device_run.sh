@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs on a lent GPU machine (the `device` tool): builds and checks a clean export of HEAD (so that
+# colleagues' uncommitted files in the working copy cannot break it), then optional extra steps
+# given as arguments (e.g. "bench/run_mlp_bench.sh"). Everything lands in $OUT as summary.txt plus
+# one results.tgz, to stay within the tool's file limits.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+src=/tmp/tnn-src
+work=/tmp/tnn-out
+rm -rf "$src" "$work" && mkdir -p "$src" "$work"
+if git -C "$repo" rev-parse HEAD >/dev/null 2>&1; then
+  git -C "$repo" archive HEAD | tar -x -C "$src"
+  echo "device_run: HEAD $(git -C "$repo" rev-parse --short HEAD)"
+else
+  cp -a "$repo/." "$src/"
+  echo "device_run: no git metadata; using the working copy"
+fi
+[ -d "$repo/.deps" ] && cp -a "$repo/.deps" "$src/"
+export STB_INCLUDE_DIR="$src/.deps/stb/usr/include/stb"
+export NCCL_NVLS_ENABLE=0
+cd "$src" || exit 2
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+OUT="$work" BUILD="$src/build-gpu" bash scripts/gpu_check.sh
+status=$?
+for step in "$@"; do
+  echo "== extra step: $step"
+  OUT="$work" BUILD="$src/build-gpu" timeout 420 bash $step 2>&1 | tail -n 60 | tee -a "$work/extra_steps.log"
+done
+cp "$work/summary.txt" "${OUT:-/tmp}/summary.txt" 2>/dev/null
+tar -czf "${OUT:-/tmp}/results.tgz" -C "$work" . 2>/dev/null
+exit $status
