@@ -258,6 +258,19 @@ TEST(Grid, HandComputedDenseLevel) {
     expect_close(run(*create_encoding(2, cfg("Smoothstep"), DType::f64), x, p), {want}, 0, 1e-13, "Smoothstep");
 }
 
+// The upper vertex at x = 1 lies past the grid and wraps modulo the level size (TCNN_COMPAT.md):
+// 2D dense, 4x4 vertices = 16 entries, V[i] = i. x = (0.2, 1.0): pos = 3x + 0.5 = (1.1, 3.5), cell
+// (1, 3), local (0.1, 0.5); corners (1,3), (2,3), (1,4), (2,4) -> entries 13, 14, 17 % 16 = 1, 18 % 16 = 2:
+// y = 0.45 * 13 + 0.05 * 14 + 0.45 * 1 + 0.05 * 2 = 7.1.
+TEST(Grid, UpperVertexWrapsModuloTheLevelSize) {
+    const json cfg = {{"otype", "DenseGrid"}, {"n_levels", 1}, {"base_resolution", 4}, {"n_features_per_level", 1}};
+    auto e = create_encoding(2, cfg, DType::f64);
+    ASSERT_EQ(e->n_params(), 16u);
+    std::vector<double> p(16);
+    for (int i = 0; i < 16; ++i) p[i] = i;
+    expect_close(run(*e, rows_f64({{0.2, 1.0}}), p), {7.1}, 0, 1e-13, "wrapped corner");
+}
+
 // Two features per entry, feature fastest; and a second level after the first in the vector.
 TEST(Grid, ParameterLayoutIsLevelMajorFeatureFastest) {
     const json cfg = {{"otype", "DenseGrid"}, {"n_levels", 2}, {"base_resolution", 2}, {"per_level_scale", 2.0},
@@ -323,7 +336,7 @@ std::vector<GridCase> grid_cases() {
     for (const char* interp : {"Linear", "Smoothstep", "Nearest"})
         for (uint32_t d : {1u, 2u, 3u}) v.push_back({d, hash(d, 2, interp)});
     for (uint32_t F : {1u, 4u, 8u}) v.push_back({2, hash(2, F, "Linear")});
-    for (uint32_t d : {4u, 5u, 7u}) v.push_back({d, hash(d, 1, "Smoothstep")});
+    for (uint32_t d : {4u, 5u, 6u, 7u}) v.push_back({d, hash(d, 1, "Smoothstep")});
     for (const char* h : {"Prime", "ReversedPrime", "Rng", "BaseConvert"}) v.push_back({3, hash(3, 2, "Linear", h)});
     v.push_back({3, {{"otype", "DenseGrid"}, {"n_levels", 2}, {"base_resolution", 3}, {"per_level_scale", 1.5}, {"interpolation", "Smoothstep"}}});
     v.push_back({2, {{"otype", "TiledGrid"}, {"n_levels", 2}, {"base_resolution", 4}, {"n_features_per_level", 4}}});
@@ -369,6 +382,18 @@ TEST(Grid, LinearHasCrossButNoDiagonalSecondDerivative) {
 }
 
 // ---- coarse-to-fine ------------------------------------------------------------------------------
+
+// With finer levels switched off, the derivatives are those of the remaining levels.
+TEST(Grid, DerivativesWithMaxLevel) {
+    const json cfg = {{"otype", "HashGrid"}, {"n_levels", 4}, {"base_resolution", 3}, {"log2_hashmap_size", 6},
+                      {"interpolation", "Smoothstep"}};
+    auto e = create_encoding(2, cfg, DType::f64);
+    e->set_max_level(0.3f);  // levels 0 and 1 stay (l < 1.2 + 1e-3)
+    const Tensor x = safe_inputs(*e, e->hyperparams(), 4, 3);
+    const auto p = random_vector(e->n_params(), -1, 1, 7);
+    check_gradients(*e, x, p, 11);
+    check_second_derivatives(*e, x, p, 13);
+}
 
 TEST(Grid, SetMaxLevelZeroesFinerLevelsAndTheirGradients) {
     const json cfg = {{"otype", "HashGrid"}, {"n_levels", 4}, {"base_resolution", 4}, {"log2_hashmap_size", 6}};
