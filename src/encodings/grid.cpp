@@ -166,7 +166,8 @@ private:
                             for (uint32_t c = 0; c < n_corners(); ++c) {
                                 const A W = grid::corner_weight(m_options.n_dims, axis, c);
                                 const size_t e = static_cast<size_t>(corner_entry(L, axis, c)) * F();
-                                for (uint32_t f = 0; f < F(); ++f) y[f] += W * static_cast<A>(V[e + f]);
+                                // fma, in corner order, as tcnn's kernel accumulates (bit-identical in fp32).
+                                for (uint32_t f = 0; f < F(); ++f) y[f] = hd::fma(W, static_cast<A>(V[e + f]), y[f]);
                             }
                         }
                     }

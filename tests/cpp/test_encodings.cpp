@@ -230,6 +230,21 @@ TEST(Composite, AlignsNestedGridOutputs) {
     expect_close(y, {0.7, 1, 1, 1, 0.5, 0.5, 0.5, 0.5}, 0, 1e-15, "aligned composite");
 }
 
+// Sum pads every nested output to the lcm of their alignments (tcnn): Identity's 3 lanes become 4,
+// the 4th holding its padding value 1, and add up with a 4-feature grid lane by lane.
+TEST(Composite, SumPadsNestedOutputsToACommonWidth) {
+    const json cfg = {{"otype", "Composite"},
+                      {"reduction", "Sum"},
+                      {"nested", {{{"otype", "Identity"}, {"n_dims_to_encode", 3}, {"dims_to_encode_begin", 0}},
+                                  {{"otype", "DenseGrid"}, {"n_dims_to_encode", 3}, {"dims_to_encode_begin", 0},
+                                   {"n_levels", 1}, {"n_features_per_level", 4}, {"base_resolution", 2}}}}};
+    auto e = create_encoding(3, cfg, DType::f64);
+    ASSERT_EQ(e->n_output_dims(), 4u);
+    EXPECT_EQ(e->padding_value(), 1.0f);  // 1 (Identity) + 0 (grid)
+    const std::vector<double> p(e->n_params(), 0.5);
+    expect_close(run(*e, from_rows({{0.1, 0.2, 0.3}}, DType::f64), p), {0.6, 0.7, 0.8, 1.5}, 0, 1e-15, "padded sum");
+}
+
 TEST(Composite, SumAndProduct) {
     auto nested = [](const char* reduction) {
         return json{{"otype", "Composite"},
