@@ -428,7 +428,7 @@ __device__ __forceinline__ void pack_chunk(const float (&acc)[MT][2][4], uint32_
 // ============================================================================================
 
 template <typename T, int W>
-__global__ void __launch_bounds__(kMaxWarps * 32) fully_fused_mlp_forward_kernel(const __grid_constant__ KernelArgs args) {
+__global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_forward_kernel(const __grid_constant__ KernelArgs args) {
     constexpr int MT = forward_m_tiles(W), RW = 16 * MT, NC = W / 16;
     extern __shared__ __align__(16) char smem[];
     const ForwardPlan& p = args.fwd;
@@ -668,7 +668,7 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
 }
 
 template <typename T, int W>
-__global__ void __launch_bounds__(kMaxWarps * 32) fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
+__global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
     constexpr int MT = kBackwardMTiles, RW = 16 * MT, NC = W / 16;
     extern __shared__ __align__(16) char smem[];
     const BackwardPlan& p = args.bwd;

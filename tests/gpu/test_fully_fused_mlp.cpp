@@ -1,0 +1,438 @@
+// FullyFusedMLP on the GPU against the CPU reference: one list of cases (widths 16..128, depths,
+// every activation, bias, batch 0 / 1 / 7 / 1000 / 65537, fp32 or 16-bit input, 16-bit or fp32
+// output, strided views) x {float16, bfloat16}, each compared with MlpReference<double> under the
+// "no worse than 4x the naive 16-bit loop (MlpReference<half> / <bfloat16>)" rule plus an
+// elementwise bound; then the fallback plans, bitwise reproducibility, accumulation, graph capture.
+#include "gpu_test_util.h"
+
+#include "networks/fully_fused_mlp.h"
+#include "networks/portable_mlp.h"
+
+#include <cmath>
+#include <tuple>
+
+using namespace tnn;
+using namespace tnn::test;
+
+namespace {
+
+struct FusedCase {
+    std::string name;
+    uint32_t n_in, n_out, width, hidden;
+    std::string act, out_act;
+    bool bias;
+    int64_t batch;
+    bool input_in_network_dtype = false;  // else fp32 input
+    bool output_f32 = false;              // else the network dtype
+    bool strided = false;                 // input / output / gradients as column slices of wider tensors
+    // Inputs, parameters and output gradients on coarse dyadic grids (exact in fp16 and bf16), so
+    // that ReLU kinks fall on the same side in every precision (see test_gpu_mlp.cpp).
+    bool exact_kinks = false;
+};
+
+std::ostream& operator<<(std::ostream& os, const FusedCase& c) { return os << c.name; }
+
+const std::vector<FusedCase>& fused_cases() {
+    static const std::vector<FusedCase> cases = {
+        // The benchmark shapes (2 hidden layers, ReLU, fp32 in, 16-bit out).
+        {"w64_32to16_batch65537", 32, 16, 64, 2, "ReLU", "None", false, 65537, false, false, false, true},
+        {"w128_32to16_batch1000", 32, 16, 128, 2, "ReLU", "None", false, 1000, false, false, false, true},
+        {"w64_64to64_batch4099", 64, 64, 64, 2, "ReLU", "None", false, 4099, false, false, false, true},
+        {"w16_32to16_batch1000", 32, 16, 16, 2, "ReLU", "None", false, 1000, false, false, false, true},
+        // Batch sizes and tails.
+        {"w32_batch0", 3, 4, 32, 2, "ReLU", "None", false, 0, false, false, false, true},
+        {"w32_batch1", 3, 4, 32, 2, "ReLU", "None", true, 1, false, false, false, true},
+        {"w16_batch7_one_output", 3, 1, 16, 1, "ReLU", "ReLU", false, 7, false, false, false, true},
+        {"w128_batch7_bias", 5, 2, 128, 1, "ReLU", "None", true, 7, true, true, false, true},
+        // Activations (hidden and output), with their gradients.
+        {"sine_sine_w64_bias_f32out", 3, 3, 64, 3, "Sine", "Sine", true, 1000, false, true, false, false},
+        {"silu_silu_w32_16bit_io", 5, 4, 32, 2, "SiLU", "SiLU", true, 1000, true, false, false, false},
+        {"tanh_sigmoid_w128_pads17", 17, 17, 128, 1, "Tanh", "Sigmoid", true, 333, false, true, false, false},
+        {"leaky_exponential_w16_deep5", 4, 2, 16, 5, "LeakyReLU", "Exponential", false, 1000, false, false, false, true},
+        {"softplus_squareplus_w64", 7, 5, 64, 2, "Softplus", "Squareplus", true, 1000, false, false, false, false},
+        {"none_tanh_w32", 6, 3, 32, 2, "None", "Tanh", false, 1000, false, false, false, false},
+        {"sigmoid_none_w16_bias", 2, 2, 16, 3, "Sigmoid", "None", true, 1000, true, true, false, false},
+        {"squareplus_softplus_w128", 8, 8, 128, 2, "Squareplus", "Softplus", false, 257, false, false, false, false},
+        {"exponential_leaky_w32", 3, 3, 32, 1, "Exponential", "LeakyReLU", true, 1000, false, false, false, true},
+        // Wide inputs / outputs (several k-steps in layer 0, several chunks in the output layer),
+        // odd widths (2-byte copies), strided views.
+        {"wide_io_100to70_w64", 100, 70, 64, 2, "Tanh", "None", true, 1000, false, false, false, false},
+        {"odd_16bit_input_3to5_w32", 3, 5, 32, 2, "ReLU", "None", false, 1000, true, false, false, true},
+        {"strided_views_w64", 13, 7, 64, 2, "SiLU", "None", true, 1000, false, true, true, false},
+        {"strided_16bit_w16", 9, 3, 16, 2, "ReLU", "Sigmoid", false, 777, true, false, true, true},
+        // Depth: many hidden layers (weights may be streamed per layer at width 128).
+        {"deep12_w128", 16, 4, 128, 12, "Tanh", "None", false, 300, false, false, false, false},
+        {"deep8_w64_bias", 32, 16, 64, 8, "Tanh", "None", true, 1000, false, false, false, false},
+    };
+    return cases;
+}
+
+json config_for(const FusedCase& c, DType dtype) {
+    json j = {{"otype", "FullyFusedMLP"}, {"n_neurons", c.width},          {"n_hidden_layers", c.hidden},
+              {"activation", c.act},      {"output_activation", c.out_act}, {"dtype", dtype_name(dtype)}};
+    if (c.bias) j["bias"] = true;
+    if (c.output_f32) j["output_dtype"] = "float32";
+    return j;
+}
+
+std::vector<float> draw(size_t n, double max, bool exact, uint64_t seed) {
+    std::vector<double> v = random_vector(n, -max, max, seed);
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(exact ? std::round(v[i] * 8) / 8 : v[i]);
+    return out;
+}
+
+// Host tensors of the case's data, already in the dtypes the network takes (so the fp64 reference,
+// the naive reference and the GPU all see the same values).
+struct FusedData {
+    Tensor x, params, dL_dy;     // x: input dtype; params: network dtype; dL_dy: output dtype
+    std::vector<double> params64;
+};
+
+Tensor host_tensor(const std::vector<float>& v, int64_t rows, int64_t cols, DType dtype) {
+    Tensor f = from_floats(v, rows, cols, Device::cpu());
+    if (dtype == DType::f32) return f;
+    Tensor t(rows, cols, dtype);
+    convert(Stream::cpu(), f.view(), t.view());
+    return t;
+}
+
+FusedData make_data(const FusedCase& c, const Network& net, uint64_t seed) {
+    const DType t = net.param_dtype();
+    FusedData d;
+    std::vector<float> p;
+    if (c.exact_kinks) {
+        p = draw(net.n_params(), 0.25, true, seed + 2);
+        for (auto& v : p) v = std::round(v * 16) / 16;
+    } else {
+        p.resize(net.n_params());
+        net.init_params(seed + 2, p.data());
+        const auto b = random_vector(net.n_params() - net.n_matrix_params(), -0.5, 0.5, seed + 3);
+        for (size_t i = net.n_matrix_params(); i < net.n_params(); ++i) p[i] = static_cast<float>(b[i - net.n_matrix_params()]);
+    }
+    d.params = host_tensor(p, 1, static_cast<int64_t>(p.size()), t);
+    d.params64 = d.params.to_double_vector();
+    d.x = host_tensor(draw(static_cast<size_t>(c.batch) * c.n_in, 1.0, c.exact_kinks, seed), c.batch, c.n_in,
+                      c.input_in_network_dtype ? t : DType::f32);
+    d.dL_dy = host_tensor(draw(static_cast<size_t>(c.batch) * c.n_out, 1.0, c.exact_kinks, seed + 1), c.batch, c.n_out,
+                          net.output_dtype());
+    return d;
+}
+
+struct FusedResult {
+    Tensor y, dL_dinput, dL_dparams;  // host copies in the network's dtypes
+};
+
+// The CPU reference with storage type T: double (the oracle, results in fp64) or the network's
+// half / bfloat16 (the naive loop, results in the dtypes the GPU writes: output, input, parameters).
+template <typename T> FusedResult run_reference(const Network& net, const FusedData& d) {
+    const MlpLayout& l = net.layout();
+    const bool oracle = std::is_same_v<T, double>;
+    std::vector<T> p(net.n_params());
+    for (size_t i = 0; i < p.size(); ++i) p[i] = T(d.params64[i]);
+    FusedResult r{Tensor(d.x.rows(), l.n_output_dims, oracle ? DType::f64 : net.output_dtype()),
+                  Tensor(d.x.rows(), l.n_input_dims, oracle ? DType::f64 : d.x.dtype()),
+                  Tensor(1, static_cast<int64_t>(net.n_params()), oracle ? DType::f64 : net.param_dtype())};
+    MlpReference<T> ref(l);
+    auto ctx = ref.forward(d.x.view(), r.y.view(), p.data(), true);
+    View dx = r.dL_dinput.view();
+    ref.backward(*ctx, d.dL_dy.view(), &dx, r.dL_dparams.ptr<T>(), p.data(), GradMode::overwrite);
+    return r;
+}
+
+FusedResult run_naive(const Network& net, const FusedData& d) {
+    return net.param_dtype() == DType::f16 ? run_reference<tnn::half>(net, d) : run_reference<tnn::bfloat16>(net, d);
+}
+
+// A device tensor holding `host` inside a wider one (extra columns and rows filled with a sentinel)
+// when `strided`, plus the view the module is given.
+constexpr double kSentinel = -1536.0;  // exact in fp16, bf16 and fp32
+struct Placed {
+    Tensor storage;
+    View view;
+};
+Placed place(const Tensor& host, Device dev, const Stream& stream, bool strided) {
+    const int64_t extra_cols = strided ? 3 : 0, extra_rows = 5;
+    Placed p;
+    p.storage = Tensor(host.rows() + extra_rows, host.cols() + extra_cols, host.dtype(), dev);
+    fill(stream, p.storage.view(), kSentinel);
+    p.view = p.storage.view().rows_slice(0, host.rows()).cols_slice(0, host.cols());
+    if (host.numel() > 0) copy(stream, host.view(), p.view);
+    return p;
+}
+Placed empty_like(int64_t rows, int64_t cols, DType t, Device dev, const Stream& stream, bool strided) {
+    return place(Tensor(rows, cols, t), dev, stream, strided);
+}
+// The values of the view (and a check that nothing outside it was written).
+Tensor take(const Placed& p, const Stream& stream, const std::string& what) {
+    Tensor whole = p.storage.to(Device::cpu(), stream);
+    const std::vector<double> all = whole.to_double_vector();
+    Tensor out(p.view.rows, p.view.cols, p.view.dtype);
+    for (int64_t r = 0; r < whole.rows(); ++r)
+        for (int64_t c = 0; c < whole.cols(); ++c) {
+            const double v = all[static_cast<size_t>(r * whole.cols() + c)];
+            if (r >= p.view.rows || c >= p.view.cols) {
+                if (v != kSentinel) {
+                    ADD_FAILURE() << what << ": wrote outside the view at (" << r << ", " << c << ")";
+                    return out;
+                }
+            }
+        }
+    if (out.numel() > 0) copy(Stream::cpu(), whole.view().rows_slice(0, out.rows()).cols_slice(0, out.cols()), out.view());
+    return out;
+}
+
+FusedResult run_gpu(const Network& net, const Stream& stream, const FusedData& d, bool strided, Tensor* y_inference) {
+    const Device dev = stream.device();
+    const Placed x = place(d.x, dev, stream, strided), g = place(d.dL_dy, dev, stream, strided);
+    const Tensor p = to_device(d.params, dev);
+    Placed y = empty_like(d.x.rows(), net.n_output_dims(), net.output_dtype(), dev, stream, strided);
+    Placed yi = empty_like(d.x.rows(), net.n_output_dims(), net.output_dtype(), dev, stream, strided);
+    Placed dx = empty_like(d.x.rows(), net.n_input_dims(), d.x.dtype(), dev, stream, strided);
+    Tensor dp(1, static_cast<int64_t>(net.n_params()), net.param_dtype(), dev);
+    fill(stream, dx.view, 7.0);  // overwrite mode must replace every value
+    fill(stream, dp.view(), 7.0);
+    auto ctx = net.forward(stream, x.view, y.view, p.data(), true);
+    net.inference(stream, x.view, yi.view, p.data());
+    net.backward(stream, *ctx, x.view, y.view, g.view, &dx.view, dp.data(), p.data(), GradMode::overwrite);
+    stream.synchronize();
+    if (y_inference) *y_inference = take(yi, stream, "inference output");
+    return {take(y, stream, "output"), take(dx, stream, "dL/dinput"), dp.to(Device::cpu(), stream)};
+}
+
+struct TermCounts {
+    double forward = 0, input_grad = 0, param_grad = 0;
+};
+TermCounts term_counts(const Network& net, int64_t batch) {
+    const MlpLayout& l = net.layout();
+    TermCounts t;
+    for (uint32_t i = 0; i < l.n_layers(); ++i) {
+        t.forward += l.layer_in(i);
+        t.input_grad += i == l.n_hidden_layers ? l.n_output_dims : l.layer_out(i);
+    }
+    t.input_grad += t.forward;
+    t.param_grad = t.input_grad + static_cast<double>(batch);
+    return t;
+}
+
+// Elementwise "no worse than the naive loop": in each block [begin, end) (a weight matrix, a bias
+// vector, a whole output tensor)
+//   |got_i - ref_i| <= |naive_i - ref_i| + 6 rms_block(naive - ref) + 2 eps |ref_i|.
+// Why this holds for a correct kernel: the kernel and the naive loop round the same forward values
+// to the network dtype, so most of their error is shared; what differs is the fp32 summation order
+// (tensor cores, per-block partials: ~2^-24), one extra rounding of f'(z) for activations other than
+// (Leaky)ReLU (dz: two roundings instead of one, so that part of the error grows by sqrt(2)), and the
+// SFU's exp/sin/log (2^-21). Their sum per element is a fraction of the naive error's scale; 6 rms
+// keeps a Gaussian tail out even over 10^6 elements (P ~ 2e-9 each); 2 eps |ref| allows both results
+// to round to neighbouring values of the network dtype. A wrong index or a lost term is off by
+// O(|ref|), far above: a 5% error in one row of a weight gradient fails (checked on the CPU when
+// the test was written, by feeding the naive result, plain and perturbed, through this function).
+void expect_no_worse_than_naive(const std::vector<double>& got, const std::vector<double>& ref,
+                                const std::vector<double>& naive, double eps,
+                                const std::vector<std::pair<size_t, size_t>>& blocks, const std::string& what) {
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    ASSERT_EQ(naive.size(), ref.size()) << what;
+    int failures = 0;
+    for (auto [begin, end] : blocks) {
+        double ss = 0;
+        for (size_t i = begin; i < end; ++i) ss += (naive[i] - ref[i]) * (naive[i] - ref[i]);
+        const double rms = end > begin ? std::sqrt(ss / double(end - begin)) : 0.0;
+        for (size_t i = begin; i < end; ++i) {
+            const double allowed = std::fabs(naive[i] - ref[i]) + 6 * rms + 2 * eps * std::fabs(ref[i]);
+            if (!(std::fabs(got[i] - ref[i]) <= allowed) && ++failures <= 5)
+                ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", fp64 " << ref[i] << ", naive " << naive[i]
+                              << " (allowed error " << allowed << ", block rms of the naive error " << rms << ")";
+        }
+    }
+    EXPECT_EQ(failures, 0) << what << ": " << failures << " of " << got.size() << " elements worse than the naive loop";
+}
+
+// Blocks of the parameter vector: each layer's matrix, then each layer's bias vector.
+std::vector<std::pair<size_t, size_t>> parameter_blocks(const MlpLayout& l) {
+    std::vector<std::pair<size_t, size_t>> b;
+    for (uint32_t i = 0; i < l.n_layers(); ++i) b.push_back({l.weight_offset(i), l.weight_offset(i + 1)});
+    if (l.bias)
+        for (uint32_t i = 0; i < l.n_layers(); ++i) b.push_back({l.bias_offset(i), l.bias_offset(i) + l.layer_out(i)});
+    return b;
+}
+
+// Compares a GPU result with the fp64 reference: the elementwise rule above, and the shared
+// expect_matches_reference (elementwise n eps (max|ref| + |ref|) with n the longest accumulation
+// chain; whole tensor ||got - ref|| <= 4 ||naive - ref|| + sqrt(n) eps ||ref||), eps being the
+// network dtype's epsilon.
+void expect_close_to_reference(const Network& net, const FusedResult& got, const FusedResult& ref,
+                               const FusedResult& naive, int64_t batch, const std::string& what) {
+    const TermCounts n = term_counts(net, batch);
+    const double eps = dtype_epsilon(net.param_dtype());
+    const std::vector<float> y = to_floats(got.y), dx = to_floats(got.dL_dinput), dp = to_floats(got.dL_dparams);
+    expect_matches_reference(y, ref.y.to_double_vector(), to_floats(naive.y), {eps, n.forward}, what + " output");
+    expect_matches_reference(dx, ref.dL_dinput.to_double_vector(), to_floats(naive.dL_dinput), {eps, n.input_grad},
+                             what + " dL/dinput");
+    expect_matches_reference(dp, ref.dL_dparams.to_double_vector(), to_floats(naive.dL_dparams), {eps, n.param_grad},
+                             what + " dL/dparams");
+    auto whole = [](const Tensor& t) { return std::vector<std::pair<size_t, size_t>>{{0, size_t(t.numel())}}; };
+    expect_no_worse_than_naive(widen(y), ref.y.to_double_vector(), naive.y.to_double_vector(), eps, whole(ref.y),
+                               what + " output");
+    expect_no_worse_than_naive(widen(dx), ref.dL_dinput.to_double_vector(), naive.dL_dinput.to_double_vector(), eps,
+                               whole(ref.dL_dinput), what + " dL/dinput");
+    expect_no_worse_than_naive(widen(dp), ref.dL_dparams.to_double_vector(), naive.dL_dparams.to_double_vector(), eps,
+                               parameter_blocks(net.layout()), what + " dL/dparams");
+}
+
+class FullyFusedMlpGpu : public ::testing::TestWithParam<std::tuple<FusedCase, DType>> {};
+
+TEST_P(FullyFusedMlpGpu, MatchesFp64Reference) {
+    const auto& [c, dtype] = GetParam();
+    TNN_SKIP_WITHOUT_GPU();
+    const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
+    const FusedData data = make_data(c, *net, 1234);
+    const FusedResult ref = run_reference<double>(*net, data);
+    const FusedResult naive = run_naive(*net, data);
+    TestStream stream(Device::gpu(0));
+    Tensor y_inference;
+    const FusedResult got = run_gpu(*net, stream, data, c.strided, &y_inference);
+    expect_close_to_reference(*net, got, ref, naive, c.batch, c.name);
+    // Inference and forward run the same arithmetic: same bits.
+    expect_same_bits(to_floats(got.y), to_floats(y_inference), "forward vs inference");
+    if (c.batch == 0)
+        for (float v : to_floats(got.dL_dparams)) ASSERT_EQ(v, 0.0f) << "an empty batch must give a zero gradient";
+}
+
+std::string case_name(const ::testing::TestParamInfo<std::tuple<FusedCase, DType>>& info) {
+    return std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FullyFusedMlpGpu,
+                         ::testing::Combine(::testing::ValuesIn(fused_cases()), ::testing::Values(DType::f16, DType::bf16)),
+                         case_name);
+
+const FusedCase& case_named(const std::string& name) {
+    for (const auto& c : fused_cases())
+        if (c.name == name) return c;
+    throw Error("no FullyFusedMLP test case named " + name);
+}
+
+// Restores the planner's defaults when a test ends (also on failure).
+struct OverrideScope {
+    explicit OverrideScope(const ffm::PlanOverride& o) { ffm::set_plan_override(o); }
+    ~OverrideScope() { ffm::set_plan_override({}); }
+};
+
+TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
+    // Small configs forced onto the paths deep or wide networks take: weights reloaded per layer,
+    // activation stash in global memory, weight-gradient accumulators in global memory, few warps.
+    TNN_SKIP_WITHOUT_GPU();
+    std::vector<ffm::PlanOverride> overrides(5);
+    overrides[0].stream_weights = true;
+    overrides[1].stash_in_global = true;
+    overrides[2].dw_in_global = true;
+    overrides[3].stream_weights = overrides[3].stash_in_global = overrides[3].dw_in_global = true;
+    overrides[3].forward_warps = 2, overrides[3].backward_warps = 2;
+    overrides[4].forward_warps = 1, overrides[4].backward_warps = 1;
+    for (const char* name : {"sine_sine_w64_bias_f32out", "w64_64to64_batch4099", "leaky_exponential_w16_deep5"})
+        for (size_t i = 0; i < overrides.size(); ++i) {
+            const FusedCase& c = case_named(name);
+            const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
+            const FusedData data = make_data(c, *net, 77);
+            const FusedResult ref = run_reference<double>(*net, data), naive = run_naive(*net, data);
+            OverrideScope scope(overrides[i]);
+            TestStream stream(Device::gpu(0));
+            const FusedResult got = run_gpu(*net, stream, data, c.strided, nullptr);
+            expect_close_to_reference(*net, got, ref, naive, c.batch, msg(c.name, " with override ", i));
+        }
+}
+
+TEST(FullyFusedMlpGpuProps, TrainingIsBitwiseReproducible) {
+    TNN_SKIP_WITHOUT_GPU();
+    for (const char* name : {"w64_32to16_batch65537", "silu_silu_w32_16bit_io", "tanh_sigmoid_w128_pads17"}) {
+        const FusedCase& c = case_named(name);
+        const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
+        const FusedData data = make_data(c, *net, 99);
+        TestStream stream(Device::gpu(0));
+        const FusedResult a = run_gpu(*net, stream, data, false, nullptr);
+        free_temporary_memory();  // the second run gets other memory: the bits must not depend on it
+        const FusedResult b = run_gpu(*net, stream, data, false, nullptr);
+        expect_same_bits(to_floats(a.y), to_floats(b.y), c.name + " output");
+        expect_same_bits(to_floats(a.dL_dparams), to_floats(b.dL_dparams), c.name + " dL/dparams");
+        expect_same_bits(to_floats(a.dL_dinput), to_floats(b.dL_dinput), c.name + " dL/dinput");
+    }
+}
+
+TEST(FullyFusedMlpGpuProps, AccumulateAddsToTheGradient) {
+    TNN_SKIP_WITHOUT_GPU();
+    for (DType dtype : {DType::f16, DType::bf16}) {
+        const FusedCase& c = case_named("softplus_squareplus_w64");
+        const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
+        const FusedData d = make_data(c, *net, 5);
+        TestStream stream(Device::gpu(0));
+        const FusedResult once = run_gpu(*net, stream, d, false, nullptr);
+        const Device gpu = Device::gpu(0);
+        const Tensor x = to_device(d.x, gpu), g = to_device(d.dL_dy, gpu), p = to_device(d.params, gpu);
+        Tensor y(c.batch, c.n_out, net->output_dtype(), gpu), dp(1, static_cast<int64_t>(net->n_params()), dtype, gpu);
+        fill(stream, dp.view(), 0.5);
+        auto ctx = net->forward(stream, x.view(), y.view(), p.data(), false);
+        net->backward(stream, *ctx, x.view(), y.view(), g.view(), nullptr, dp.data(), p.data(), GradMode::accumulate);
+        const std::vector<float> acc = to_floats(dp.to(Device::cpu(), stream)), grad = to_floats(once.dL_dparams);
+        // The kernel rounds 0.5 + (fp32 gradient) once; `grad` is that gradient already rounded: the
+        // two may differ by the two roundings, each half an ulp of the network dtype.
+        const double eps = dtype_epsilon(dtype);
+        for (size_t i = 0; i < grad.size(); ++i)
+            ASSERT_NEAR(acc[i], 0.5 + grad[i], eps * (std::fabs(0.5 + grad[i]) + std::fabs(grad[i])) + 1e-30)
+                << "param " << i;
+    }
+}
+
+#ifdef TNN_WITH_GPU
+TEST(FullyFusedMlpGpuProps, TrainingStepReplaysFromACapturedGraph) {
+    TNN_SKIP_WITHOUT_GPU();
+    const FusedCase& c = case_named("w64_64to64_batch4099");
+    const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
+    const FusedData d = make_data(c, *net, 8);
+    TestStream stream(Device::gpu(0));
+    const FusedResult want = run_gpu(*net, stream, d, false, nullptr);  // also the warm-up of the allocator
+
+    const Device gpu = Device::gpu(0);
+    const Tensor x = to_device(d.x, gpu), g = to_device(d.dL_dy, gpu), p = to_device(d.params, gpu);
+    Tensor y(c.batch, c.n_out, net->output_dtype(), gpu), dp(1, static_cast<int64_t>(net->n_params()), DType::f16, gpu);
+    Tensor dx(c.batch, c.n_in, d.x.dtype(), gpu);
+    const gpu_stream_t native = gpu::native_stream(stream);
+    gpu_graph_t graph = nullptr;
+    ASSERT_EQ(gpu_stream_begin_capture(native, gpu_stream_capture_mode_global), gpu_success);
+    try {
+        auto ctx = net->forward(stream, x.view(), y.view(), p.data(), true);
+        View dx_view = dx.view();
+        net->backward(stream, *ctx, x.view(), y.view(), g.view(), &dx_view, dp.data(), p.data(), GradMode::overwrite);
+    } catch (const std::exception& e) {
+        (void)gpu_stream_end_capture(native, &graph);
+        FAIL() << "a warmed-up training step must be capturable: " << e.what();
+    }
+    ASSERT_EQ(gpu_stream_end_capture(native, &graph), gpu_success);
+    gpu_graph_exec_t exec = nullptr;
+    ASSERT_EQ(gpu_graph_instantiate(&exec, graph), gpu_success);
+    for (int replay = 0; replay < 2; ++replay) {
+        fill(stream, y.view(), 0.0);
+        fill(stream, dp.view(), 0.0);
+        ASSERT_EQ(gpu_graph_launch(exec, native), gpu_success);
+        stream.stream().synchronize();
+        expect_same_bits(to_floats(y), to_floats(want.y), "graph replay output");
+        expect_same_bits(to_floats(dp), to_floats(want.dL_dparams), "graph replay dL/dparams");
+        expect_same_bits(to_floats(dx), to_floats(want.dL_dinput), "graph replay dL/dinput");
+    }
+    (void)gpu_graph_exec_destroy(exec);
+    (void)gpu_graph_destroy(graph);
+}
+#endif  // TNN_WITH_GPU
+
+TEST(FullyFusedMlpGpuProps, BadConfigsAndDevicesRaise) {
+    // Config errors need no GPU; the device error is the one a CPU call gets.
+    EXPECT_THROW(create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 48}}), ConfigError);
+    EXPECT_THROW(create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 256}}), ConfigError);
+    EXPECT_THROW(create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"dtype", "float32"}}), DTypeError);
+    EXPECT_THROW(create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"output_dtype", "bfloat16"}}), DTypeError);
+    const auto net = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 16}, {"n_hidden_layers", 1}});
+    Tensor x(2, 3, DType::f32), y(2, 4, DType::f16);
+    std::vector<tnn::half> p(net->n_params(), tnn::half(0.0f));
+    EXPECT_THROW(net->inference(Stream::cpu(), x.view(), y.view(), p.data()), UnsupportedError);
+}
+
+}  // namespace
