@@ -152,8 +152,9 @@ private:
         parallel_for(in.rows, kGrain, [&](int64_t r0, int64_t r1) {
             AxisWeight<A> axis[kMaxDims];
             std::vector<A> y(F());
-            for (int64_t r = r0; r < r1; ++r)
-                for (uint32_t l = 0; l < m_options.n_levels; ++l) {
+            // Level-outer within a chunk: one level's table stays in cache across the chunk's rows.
+            for (uint32_t l = 0; l < m_options.n_levels; ++l)
+                for (int64_t r = r0; r < r1; ++r) {
                     const GridLevel& L = m_levels[l];
                     std::fill(y.begin(), y.end(), A(0));
                     if (active(l, max_level)) {
