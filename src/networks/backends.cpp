@@ -5,6 +5,7 @@ namespace tnn {
 
 void register_networks(Registry<NetworkFactory>& registry) {
     register_portable_mlp(registry);
+    register_blaslt_mlp(registry);
     register_fully_fused_mlp(registry);
 }
 

@@ -20,6 +20,7 @@ struct NetworkFactory {
 void register_networks(Registry<NetworkFactory>& registry);
 
 void register_portable_mlp(Registry<NetworkFactory>& registry);
+void register_blaslt_mlp(Registry<NetworkFactory>& registry);
 void register_fully_fused_mlp(Registry<NetworkFactory>& registry);
 
 const Registry<NetworkFactory>& network_registry();

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# BlasLtMLP on an NVIDIA GPU in one go: configure and build (Release, sm_90), run the BlasLtMLP GPU
+# tests, then the report: fp16 / bf16 against fp32, BlasLtMLP against PortableMLP, FullyFusedMLP
+# against BlasLtMLP; one fresh process per case (bench/bench_blaslt.cpp), aggregated by
+# bench/bench_blaslt_report.py into JSON, markdown and PNG. Everything it keeps goes to $OUT; the
+# last lines printed are the summary.
+#
+# Environment: OUT (default out/blaslt), BUILD (default build-blaslt), JOBS (default: all cores),
+# CUDA_ARCH (default 90), SKIP_TESTS=1, SKIP_BENCH=1, BENCH_BUDGET_S (default 330: cases that would
+# start later are skipped with a note, so the report stays under 6 minutes), ROUNDS (default 5).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+SRC=$PWD
+
+OUT=${OUT:-$PWD/out/blaslt}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+BUILD=${BUILD:-build-blaslt}
+mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
+JOBS=${JOBS:-$(nproc)}
+CUDA_ARCH=${CUDA_ARCH:-90}
+BENCH_BUDGET_S=${BENCH_BUDGET_S:-330}
+ROUNDS=${ROUNDS:-5}
+start=$(date +%s)
+status=0
+summary=()
+
+# gcc-13 where the machine has it (as scripts/gpu_check.sh).
+if [ -x /usr/bin/gcc-13 ] && [ -x /usr/bin/g++-13 ]; then
+  export CC=/usr/bin/gcc-13 CXX=/usr/bin/g++-13 CUDAHOSTCXX=/usr/bin/g++-13
+fi
+NVCC=$(command -v nvcc || true)
+[ -n "$NVCC" ] || NVCC=/usr/local/cuda/bin/nvcc
+
+echo "== build ($BUILD, sm_$CUDA_ARCH, $JOBS jobs)"
+if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTNN_CUDA=ON -DTNN_CUDA_ARCHITECTURES="$CUDA_ARCH" \
+      -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=OFF >"$OUT/build.log" 2>&1 &&
+   cmake --build "$BUILD" -j "$JOBS" --target tnn_gpu_tests >>"$OUT/build.log" 2>&1; then
+  summary+=("build            ok       $(( $(date +%s) - start )) s")
+else
+  tail -n 60 "$OUT/build.log"
+  echo "RESULT: build FAILED (see $OUT/build.log)"
+  exit 1
+fi
+
+# The benchmark links against the library just built, through a generated CMake project (so that it
+# finds nlohmann_json and the CUDA toolkit exactly as the library did).
+mkdir -p "$BUILD/bench_blaslt_build"
+cat >"$BUILD/bench_blaslt_build/CMakeLists.txt" <<EOF
+cmake_minimum_required(VERSION 3.24)
+project(bench_blaslt LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 17)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CUDAToolkit REQUIRED)
+find_package(Threads REQUIRED)
+add_executable(bench_blaslt "$SRC/bench/bench_blaslt.cpp")
+target_include_directories(bench_blaslt PRIVATE "$SRC/include" "$SRC/src")
+target_compile_definitions(bench_blaslt PRIVATE TNN_WITH_GPU=1 TNN_WITH_CUDA=1 TNN_VERSION="bench")
+target_link_libraries(bench_blaslt PRIVATE "$BUILD/libtnn.a" nlohmann_json::nlohmann_json CUDA::cudart
+                      CUDA::cublasLt Threads::Threads)
+EOF
+
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  echo "== BlasLtMLP GPU tests"
+  t0=$(date +%s)
+  timeout 300 "$BUILD/tnn_gpu_tests" --gtest_filter='*BlasLt*' --gtest_output="xml:$OUT/tests_blaslt.xml" \
+    >"$OUT/tests_blaslt.log" 2>&1
+  rc=$?
+  passed=$(grep -cE "^\[       OK \]" "$OUT/tests_blaslt.log" || true)
+  failed=$(grep -cE "^\[  FAILED  \] .*\(" "$OUT/tests_blaslt.log" || true)
+  skipped=$(grep -cE "^\[  SKIPPED \]" "$OUT/tests_blaslt.log" || true)
+  grep -E "epilogue GEMMs" "$OUT/tests_blaslt.log" | sort -u
+  if [ $rc -eq 0 ]; then
+    summary+=("tests            ok       $passed passed, $skipped skipped, 0 failed ($(( $(date +%s) - t0 )) s)")
+  else
+    status=1
+    grep -E "^\[  FAILED  \] .*\(" "$OUT/tests_blaslt.log" | head -n 40
+    summary+=("tests            FAILED   $passed passed, $skipped skipped, $failed failed, exit $rc (see tests_blaslt.log)")
+    # Keep the failures and the totals, not every passing line.
+    grep -vE "^\[ +(RUN|OK) +\]" "$OUT/tests_blaslt.log" | tail -n 2000 >"$OUT/tests_blaslt.tmp" &&
+      mv "$OUT/tests_blaslt.tmp" "$OUT/tests_blaslt.log"
+  fi
+fi
+
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  echo "== benchmark build"
+  if ! { cmake -S "$BUILD/bench_blaslt_build" -B "$BUILD/bench_blaslt_build/out" -G Ninja \
+           -DCMAKE_BUILD_TYPE=Release >>"$OUT/build.log" 2>&1 &&
+         cmake --build "$BUILD/bench_blaslt_build/out" >>"$OUT/build.log" 2>&1; }; then
+    tail -n 40 "$OUT/build.log"
+    summary+=("bench build      FAILED   see build.log")
+    status=1
+  else
+    BENCH="$BUILD/bench_blaslt_build/out/bench_blaslt"
+    CASES="$BUILD/blaslt_cases"
+    rm -rf "$CASES" && mkdir -p "$CASES"
+    bench_start=$(date +%s)
+    n_run=0
+    n_skipped=0
+    # run LABEL ARGS...: one case in a fresh process, unless the time budget is spent.
+    run() {
+      local label=$1; shift
+      local file="$CASES/$(printf '%03d' $((n_run + n_skipped)))_${label//[:\/]/_}.json"
+      if [ $(( $(date +%s) - bench_start )) -ge "$BENCH_BUDGET_S" ]; then
+        printf '{"label": "%s", "error": "skipped: the %s s time budget of the report was spent"}\n' \
+          "$label" "$BENCH_BUDGET_S" >"$file"
+        n_skipped=$((n_skipped + 1))
+        return
+      fi
+      timeout 90 "$BENCH" --label "$label" --rounds "$ROUNDS" --out "$file" "$@" 2>&1 | tee -a "$OUT/bench.log" |
+        cut -c1-220
+      [ -s "$file" ] || printf '{"label": "%s", "error": "the process died (see bench.log)"}\n' "$label" >"$file"
+      n_run=$((n_run + 1))
+    }
+    echo "== benchmark: fp16 / bf16 against fp32 (BlasLtMLP)"
+    P="BlasLtMLP:float32,BlasLtMLP:float16,BlasLtMLP:bfloat16"
+    for batch in 1024 16384; do
+      for width in 32 64 128 256; do
+        for depth in 2 4; do
+          run "precision:w${width}_d${depth}_b${batch}" --variants "$P" --batch $batch --width $width --depth $depth
+        done
+      done
+    done
+    for width in 64 128 256; do
+      for depth in 2 4; do
+        run "precision:w${width}_d${depth}_b2^20" --variants "$P" --batch 1048576 --width $width --depth $depth
+      done
+    done
+    for batch in 1024 16384 1048576; do
+      run "precision:hashgrid_w64_d2_b${batch}" --variants "$P" --batch $batch --width 64 --depth 2 --grid
+    done
+    echo "== benchmark: FullyFusedMLP against BlasLtMLP (float16)"
+    for batch in 1024 16384 1048576; do
+      for width in 16 32 64 128; do
+        run "fused:w${width}_d2_b${batch}" --variants "BlasLtMLP:float16,FullyFusedMLP:float16" --batch $batch \
+          --width $width --depth 2
+      done
+    done
+    echo "== benchmark: BlasLtMLP against PortableMLP (float32)"
+    for batch in 16384 1048576; do
+      for width in 16 32 64 128; do
+        run "portable:w${width}_d2_b${batch}" --variants "PortableMLP:float32,BlasLtMLP:float32" --batch $batch \
+          --width $width --depth 2
+      done
+    done
+    bench_s=$(( $(date +%s) - bench_start ))
+    echo "== report"
+    if python3 "$SRC/bench/bench_blaslt_report.py" "$CASES" "$OUT" | tee "$BUILD/report_summary.txt"; then
+      summary+=("bench            ok       $n_run cases in $bench_s s, $n_skipped skipped for time; blaslt_report.{md,json,png}")
+      while IFS= read -r line; do summary+=("  $line"); done <"$BUILD/report_summary.txt"
+    else
+      summary+=("bench            FAILED   report script (see above)")
+      status=1
+    fi
+    # The raw per-case results, as one file.
+    python3 - "$CASES" "$OUT/blaslt_cases.json" <<'PY'
+import json, os, sys
+cases = []
+for name in sorted(os.listdir(sys.argv[1])):
+    with open(os.path.join(sys.argv[1], name)) as f:
+        try:
+            cases.append(json.load(f))
+        except json.JSONDecodeError as e:
+            cases.append({"file": name, "error": str(e)})
+json.dump(cases, open(sys.argv[2], "w"), indent=1)
+PY
+  fi
+fi
+
+{
+  echo
+  echo "== run_blaslt_report summary ($(( $(date +%s) - start )) s, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || echo "no nvidia-smi"))"
+  for line in "${summary[@]}"; do echo "$line"; done
+  if [ "$status" = 0 ]; then echo "RESULT: all steps passed"; else echo "RESULT: FAILED"; fi
+} | tee "$OUT/summary.txt"
+exit "$status"
