@@ -131,8 +131,11 @@ private:
                 ctx->outputs.emplace_back(in.rows, n.width(), param_dtype());
                 y = ctx->outputs.back().view();
             }
-            if (inference) n.encoding->inference(stream, nested_input(in, n), y, nested_params(params, n));
-            else ctx->nested.push_back(n.encoding->forward(stream, nested_input(in, n), y, nested_params(params, n), prepare));
+            if (inference)
+                n.encoding->inference(stream, nested_input(in, n), y, nested_params(params, n));
+            else
+                ctx->nested.push_back(
+                    n.encoding->forward(stream, nested_input(in, n), y, nested_params(params, n), prepare));
         }
         if (m_reduction == Reduction::Concatenation) return ctx;
         with_type([&](auto t) {
@@ -143,7 +146,8 @@ private:
                     for (uint32_t k = 0; k < n_output_dims(); ++k) {
                         A v = m_reduction == Reduction::Sum ? A(0) : A(1);
                         for (size_t i = 0; i < m_nested.size(); ++i)
-                            v = m_reduction == Reduction::Sum ? v + reduced_lane<T>(*ctx, i, r, k) : v * reduced_lane<T>(*ctx, i, r, k);
+                            v = m_reduction == Reduction::Sum ? v + reduced_lane<T>(*ctx, i, r, k)
+                                                              : v * reduced_lane<T>(*ctx, i, r, k);
                         store_output<T>(out, r, k, v);
                     }
             });
@@ -192,8 +196,10 @@ private:
     static void add_columns(View dst, uint32_t begin, ConstView src) {
         for (int64_t r = 0; r < src.rows; ++r)
             for (int64_t c = 0; c < src.cols; ++c) {
-                if (dst.dtype == DType::f64) dst.at<double>(r, begin + c) += src.at<double>(r, c);
-                else dst.at<float>(r, begin + c) += src.at<float>(r, c);
+                if (dst.dtype == DType::f64)
+                    dst.at<double>(r, begin + c) += src.at<double>(r, c);
+                else
+                    dst.at<float>(r, begin + c) += src.at<float>(r, c);
             }
     }
 
@@ -248,8 +254,9 @@ private:
                 dx = Tensor(in.rows, n.n_dims(), in.dtype);
                 dx_view = dx.view();
             }
-            n.encoding->backward_backward_input(stream, *ctx.nested[i], nested_input(in, n), dL_ddLdin.cols_slice(n.input_begin, n.n_dims()),
-                                                g, want_w ? &w_view : nullptr, dL_din ? &dx_view : nullptr,
+            n.encoding->backward_backward_input(stream, *ctx.nested[i], nested_input(in, n),
+                                                dL_ddLdin.cols_slice(n.input_begin, n.n_dims()), g,
+                                                want_w ? &w_view : nullptr, dL_din ? &dx_view : nullptr,
                                                 nested_params(dL_dparams, n), nested_params(params, n), mode);
             if (dL_din) add_columns(*dL_din, n.input_begin, dx.view());
         }
@@ -335,9 +342,12 @@ std::unique_ptr<Encoding> create_composite(uint32_t n_dims, DType dtype, ConfigR
     std::vector<size_t> unspecified;
     for (size_t i = 0; i < nested.size(); ++i) {
         const std::string w = msg(where, ": nested[", i, "]");
-        if (!nested[i].is_object()) throw ConfigError(msg(w, " must be an encoding config object, got ", nested[i].dump()));
-        if (nested[i].contains("n_dims_to_encode")) total += read_dims_key(nested[i], "n_dims_to_encode", w);
-        else unspecified.push_back(i);
+        if (!nested[i].is_object())
+            throw ConfigError(msg(w, " must be an encoding config object, got ", nested[i].dump()));
+        if (nested[i].contains("n_dims_to_encode"))
+            total += read_dims_key(nested[i], "n_dims_to_encode", w);
+        else
+            unspecified.push_back(i);
         if (nested[i].contains("dims_to_encode_begin")) {
             any_begin = true;
             if (!nested[i].contains("n_dims_to_encode"))
@@ -345,14 +355,17 @@ std::unique_ptr<Encoding> create_composite(uint32_t n_dims, DType dtype, ConfigR
         }
     }
     if (unspecified.size() > 1)
-        throw ConfigError(msg(where, ": only one nested entry may omit 'n_dims_to_encode' (it takes the remaining "
-                                     "dims), but nested[", unspecified[0], "] and nested[", unspecified[1], "] both do"));
+        throw ConfigError(msg(where,
+                              ": only one nested entry may omit 'n_dims_to_encode' (it takes the remaining "
+                              "dims), but nested[",
+                              unspecified[0], "] and nested[", unspecified[1], "] both do"));
     if (!unspecified.empty() && any_begin)
-        throw ConfigError(msg(where, ": nested[", unspecified[0], "] omits 'n_dims_to_encode', which is ambiguous once "
-                                     "'dims_to_encode_begin' is used; give every entry 'n_dims_to_encode'"));
+        throw ConfigError(msg(where, ": nested[", unspecified[0],
+                              "] omits 'n_dims_to_encode', which is ambiguous once "
+                              "'dims_to_encode_begin' is used; give every entry 'n_dims_to_encode'"));
     if (!any_begin && total > n_dims)
-        throw ConfigError(msg(where, ": the nested entries encode ", total, " dims in total, but the composite has only ",
-                              n_dims, " input dims"));
+        throw ConfigError(msg(where, ": the nested entries encode ", total,
+                              " dims in total, but the composite has only ", n_dims, " input dims"));
     const uint32_t rest = any_begin ? 0 : n_dims - static_cast<uint32_t>(total);
 
     std::vector<Nested> parts;
@@ -408,18 +421,21 @@ std::unique_ptr<Encoding> create_composite(uint32_t n_dims, DType dtype, ConfigR
             if (p.padded_width != parts[0].padded_width) {
                 std::vector<std::string> widths;
                 for (const Nested& q : parts) widths.push_back(msg(q.encoding->name(), " ", q.width()));
-                throw ConfigError(msg(where, ": reduction '", reduction_name, "' needs nested outputs of one width, got ",
-                                      join(widths), " (padded to multiples of ", align, ")"));
+                throw ConfigError(msg(where, ": reduction '", reduction_name,
+                                      "' needs nested outputs of one width, got ", join(widths),
+                                      " (padded to multiples of ", align, ")"));
             }
         n_outputs = parts[0].padded_width;
     }
-    return std::unique_ptr<Encoding>(new CompositeEncoding(n_dims, n_outputs, n_params, dtype, reduction, std::move(parts)));
+    return std::unique_ptr<Encoding>(
+        new CompositeEncoding(n_dims, n_outputs, n_params, dtype, reduction, std::move(parts)));
 }
 
 }  // namespace
 
 void register_composite_encodings(Registry<EncodingFactory>& r) {
-    r.add("Composite", [](uint32_t n_dims, DType dtype, ConfigReader& cfg) { return create_composite(n_dims, dtype, cfg); });
+    r.add("Composite",
+          [](uint32_t n_dims, DType dtype, ConfigReader& cfg) { return create_composite(n_dims, dtype, cfg); });
     // Neural radiance caching's input encoding: a 3D position (TriangleWave), 5 scalars (OneBlob),
     // the rest passed through (Identity).
     for (const char* otype : {"NRC", "OneBlobFrequency"})
@@ -427,8 +443,10 @@ void register_composite_encodings(Registry<EncodingFactory>& r) {
             const uint32_t n_frequencies = cfg.get_uint("n_frequencies", 12, 0, 64);
             const uint32_t n_bins = cfg.get_uint("n_bins", 4, 1, 1u << 16);
             if (n_dims < 8)
-                throw ConfigError(msg(cfg.where(), ": needs at least 8 input dims (3 TriangleWave-encoded, 5 "
-                                                   "OneBlob-encoded, the rest passed through), got ", n_dims));
+                throw ConfigError(msg(cfg.where(),
+                                      ": needs at least 8 input dims (3 TriangleWave-encoded, 5 "
+                                      "OneBlob-encoded, the rest passed through), got ",
+                                      n_dims));
             json triangle = json::object(), oneblob = json::object(), identity = json::object();
             triangle["otype"] = "TriangleWave";
             triangle["n_dims_to_encode"] = 3;

@@ -40,7 +40,8 @@ template <typename F> TNN_HD inline void triangle_wave_lane(F x, uint32_t k, F* 
 // wide on each side), its CDF, and the CDF's first and second derivatives with respect to t.
 template <typename F> TNN_HD inline F quartic_cdf(F t, F inv_radius) {
     const F u = t * inv_radius, u2 = u * u, u4 = u2 * u2;
-    return hd::fmax(F(0), hd::fmin(F(1), (F(15) / F(16)) * u * (F(1) - (F(2) / F(3)) * u2 + (F(1) / F(5)) * u4) + F(0.5)));
+    return hd::fmax(F(0),
+                    hd::fmin(F(1), (F(15) / F(16)) * u * (F(1) - (F(2) / F(3)) * u2 + (F(1) / F(5)) * u4) + F(0.5)));
 }
 template <typename F> TNN_HD inline F quartic_cdf_deriv(F t, F inv_radius) {
     const F u = t * inv_radius;

@@ -43,8 +43,10 @@ template <typename A> inline A load_input(ConstView v, int64_t r, int64_t c) {
 }
 // Stores into an fp32/fp64 view (input gradients).
 template <typename A> inline void store_input(View v, int64_t r, int64_t c, A x) {
-    if (v.dtype == DType::f64) v.at<double>(r, c) = static_cast<double>(x);
-    else v.at<float>(r, c) = static_cast<float>(x);
+    if (v.dtype == DType::f64)
+        v.at<double>(r, c) = static_cast<double>(x);
+    else
+        v.at<float>(r, c) = static_cast<float>(x);
 }
 
 // Loads an element of storage type T as its acc type.

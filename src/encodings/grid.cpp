@@ -59,11 +59,13 @@ struct GridContext : Context {
 class GridEncoding final : public Encoding, public AlignedOutput {
 public:
     GridEncoding(const GridOptions& o, DType dtype, std::vector<GridLevel> levels, size_t n_params)
-        : Encoding(o.n_dims, o.n_levels * o.n_features_per_level, n_params, dtype, dtype), m_options(o),
+        : Encoding(o.n_dims, o.n_levels * o.n_features_per_level, n_params, dtype, dtype),
+          m_options(o),
           m_levels(std::move(levels)) {}
 
     std::string name() const override {
-        return m_options.type == GridType::Hash ? "HashGrid" : (m_options.type == GridType::Dense ? "DenseGrid" : "TiledGrid");
+        return m_options.type == GridType::Hash ? "HashGrid"
+                                                : (m_options.type == GridType::Dense ? "DenseGrid" : "TiledGrid");
     }
     json hyperparams() const override {
         json j = {{"otype", "Grid"},
@@ -102,15 +104,13 @@ public:
     bool supports_device(Device d) const override { return d.is_cpu(); }
     bool supports_backward_backward() const override { return true; }
 
-    const std::vector<GridLevel>& levels() const { return m_levels; }
-
 private:
     // Rows per parallel chunk for the row-parallel passes (rows are independent there).
     static constexpr int64_t kGrain = 128;
 
     template <typename F> void with_type(F&& f) const { dispatch_dtype(param_dtype(), f); }
 
-    uint32_t F() const { return m_options.n_features_per_level; }
+    uint32_t n_feat() const { return m_options.n_features_per_level; }  // features per level
     uint32_t n_corners() const { return 1u << m_options.n_dims; }
     bool interpolates() const { return m_options.interpolation != Interpolation::Nearest; }
     bool active(uint32_t level, float max_level) const {
@@ -139,19 +139,23 @@ private:
                                           bool) const override {
         auto ctx = std::make_unique<GridContext>();
         ctx->max_level = m_max_level.load();
-        with_type([&](auto t) { forward_cpu<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), ctx->max_level); });
+        with_type([&](auto t) {
+            forward_cpu<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), ctx->max_level);
+        });
         return ctx;
     }
 
     void inference_impl(const Stream&, ConstView in, View out, const void* params) const override {
-        with_type([&](auto t) { forward_cpu<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), m_max_level.load()); });
+        with_type([&](auto t) {
+            forward_cpu<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), m_max_level.load());
+        });
     }
 
     template <typename T> void forward_cpu(ConstView in, View out, const T* params, float max_level) const {
         using A = acc_t<T>;
         parallel_for(in.rows, kGrain, [&](int64_t r0, int64_t r1) {
             AxisWeight<A> axis[kMaxDims];
-            std::vector<A> y(F());
+            std::vector<A> y(n_feat());
             // Level-outer within a chunk: one level's table stays in cache across the chunk's rows.
             for (uint32_t l = 0; l < m_options.n_levels; ++l)
                 for (int64_t r = r0; r < r1; ++r) {
@@ -159,20 +163,21 @@ private:
                     std::fill(y.begin(), y.end(), A(0));
                     if (active(l, max_level)) {
                         locate(in, r, L, axis);
-                        const T* V = params + static_cast<size_t>(L.offset) * F();
+                        const T* V = params + static_cast<size_t>(L.offset) * n_feat();
                         if (!interpolates()) {
-                            const size_t e = static_cast<size_t>(corner_entry(L, axis, 0)) * F();
-                            for (uint32_t f = 0; f < F(); ++f) y[f] = static_cast<A>(V[e + f]);
+                            const size_t e = static_cast<size_t>(corner_entry(L, axis, 0)) * n_feat();
+                            for (uint32_t f = 0; f < n_feat(); ++f) y[f] = static_cast<A>(V[e + f]);
                         } else {
                             for (uint32_t c = 0; c < n_corners(); ++c) {
                                 const A W = grid::corner_weight(m_options.n_dims, axis, c);
-                                const size_t e = static_cast<size_t>(corner_entry(L, axis, c)) * F();
+                                const size_t e = static_cast<size_t>(corner_entry(L, axis, c)) * n_feat();
                                 // fma, in corner order, as tcnn's kernel accumulates (bit-identical in fp32).
-                                for (uint32_t f = 0; f < F(); ++f) y[f] = hd::fma(W, static_cast<A>(V[e + f]), y[f]);
+                                for (uint32_t f = 0; f < n_feat(); ++f)
+                                    y[f] = hd::fma(W, static_cast<A>(V[e + f]), y[f]);
                             }
                         }
                     }
-                    for (uint32_t f = 0; f < F(); ++f) store_output<T>(out, r, l * F() + f, y[f]);
+                    for (uint32_t f = 0; f < n_feat(); ++f) store_output<T>(out, r, l * n_feat() + f, y[f]);
                 }
         });
     }
@@ -200,24 +205,23 @@ private:
     // Parameter gradients, one level per task: each level owns its slice of the gradient vector, and
     // rows are added in order. With v (the second-order pass), the weight of corner c is
     // E_c = sum_g v_g dW_c/dx_g instead of W_c.
-    template <typename T>
-    void param_gradients(ConstView in, ConstView dL_dout, const ConstView* v, T* dL_dparams, GradMode mode,
-                         float max_level) const {
+    template <typename T> void param_gradients(ConstView in, ConstView dL_dout, const ConstView* v, T* dL_dparams,
+                                               GradMode mode, float max_level) const {
         using A = acc_t<T>;
         parallel_for(m_options.n_levels, 1, [&](int64_t l0, int64_t l1) {
             for (int64_t li = l0; li < l1; ++li) {
                 const uint32_t l = static_cast<uint32_t>(li);
                 const GridLevel& L = m_levels[l];
-                std::vector<A> acc(static_cast<size_t>(L.size) * F(), A(0));
+                std::vector<A> acc(static_cast<size_t>(L.size) * n_feat(), A(0));
                 const bool contributes = active(l, max_level) && (!v || interpolates());
                 AxisWeight<A> axis[kMaxDims];
                 A g[8], vg[kMaxDims], grad[kMaxDims];
                 for (int64_t r = 0; contributes && r < in.rows; ++r) {
                     locate(in, r, L, axis);
-                    for (uint32_t f = 0; f < F(); ++f) g[f] = load_as<T>(dL_dout, r, l * F() + f);
+                    for (uint32_t f = 0; f < n_feat(); ++f) g[f] = load_as<T>(dL_dout, r, l * n_feat() + f);
                     auto add = [&](uint32_t corner, A weight) {
-                        const size_t e = static_cast<size_t>(corner_entry(L, axis, corner)) * F();
-                        for (uint32_t f = 0; f < F(); ++f) acc[e + f] += weight * g[f];
+                        const size_t e = static_cast<size_t>(corner_entry(L, axis, corner)) * n_feat();
+                        for (uint32_t f = 0; f < n_feat(); ++f) acc[e + f] += weight * g[f];
                     };
                     if (v) {
                         for (uint32_t d = 0; d < m_options.n_dims; ++d) vg[d] = load_input<A>(*v, r, d);
@@ -231,17 +235,19 @@ private:
                         add(0, A(1));
                     } else if (m_options.stochastic_interpolation) {
                         // tcnn: one corner per element and level, upper along d when sample < w_d.
-                        const float s = grid::stochastic_sample(static_cast<uint32_t>(r + static_cast<int64_t>(l) * in.rows));
+                        const float s =
+                            grid::stochastic_sample(static_cast<uint32_t>(r + static_cast<int64_t>(l) * in.rows));
                         uint32_t corner = 0;
                         for (uint32_t d = 0; d < m_options.n_dims; ++d)
                             if (!(static_cast<A>(s) >= axis[d].w)) corner |= 1u << d;
                         add(corner, A(1));
                     } else {
-                        for (uint32_t c = 0; c < n_corners(); ++c) add(c, grid::corner_weight(m_options.n_dims, axis, c));
+                        for (uint32_t c = 0; c < n_corners(); ++c)
+                            add(c, grid::corner_weight(m_options.n_dims, axis, c));
                     }
                 }
                 if (!contributes && mode == GradMode::accumulate) continue;
-                T* out = dL_dparams + static_cast<size_t>(L.offset) * F();
+                T* out = dL_dparams + static_cast<size_t>(L.offset) * n_feat();
                 for (size_t i = 0; i < acc.size(); ++i) write_param_gradient(out + i, acc[i], mode);
             }
         });
@@ -259,11 +265,12 @@ private:
                     if (!active(l, max_level)) continue;
                     const GridLevel& L = m_levels[l];
                     locate(in, r, L, axis);
-                    const T* V = params + static_cast<size_t>(L.offset) * F();
+                    const T* V = params + static_cast<size_t>(L.offset) * n_feat();
                     for (uint32_t c = 0; c < n_corners(); ++c) {
-                        const size_t e = static_cast<size_t>(corner_entry(L, axis, c)) * F();
+                        const size_t e = static_cast<size_t>(corner_entry(L, axis, c)) * n_feat();
                         A gv = A(0);
-                        for (uint32_t f = 0; f < F(); ++f) gv += load_as<T>(dL_dout, r, l * F() + f) * static_cast<A>(V[e + f]);
+                        for (uint32_t f = 0; f < n_feat(); ++f)
+                            gv += load_as<T>(dL_dout, r, l * n_feat() + f) * static_cast<A>(V[e + f]);
                         grid::corner_weight_gradient(m_options.n_dims, axis, c, grad);
                         for (uint32_t d = 0; d < m_options.n_dims; ++d) dx[d] += grad[d] * gv;
                     }
@@ -286,16 +293,15 @@ private:
         const float max_level = context_max_level(ctx);
         with_type([&](auto t) {
             using T = decltype(t);
-            if (dL_dparams)
-                param_gradients<T>(in, dL_dout, &dL_ddLdin, static_cast<T*>(dL_dparams), mode, max_level);
+            if (dL_dparams) param_gradients<T>(in, dL_dout, &dL_ddLdin, static_cast<T*>(dL_dparams), mode, max_level);
             if (dL_ddLdout || dL_din)
-                second_order_rows<T>(in, dL_ddLdin, dL_dout, dL_ddLdout, dL_din, static_cast<const T*>(params), max_level);
+                second_order_rows<T>(in, dL_ddLdin, dL_dout, dL_ddLdout, dL_din, static_cast<const T*>(params),
+                                     max_level);
         });
     }
 
-    template <typename T>
-    void second_order_rows(ConstView in, ConstView v_in, ConstView dL_dout, View* dL_ddLdout, View* dL_din,
-                           const T* params, float max_level) const {
+    template <typename T> void second_order_rows(ConstView in, ConstView v_in, ConstView dL_dout, View* dL_ddLdout,
+                                                 View* dL_din, const T* params, float max_level) const {
         using A = acc_t<T>;
         parallel_for(in.rows, kGrain, [&](int64_t r0, int64_t r1) {
             AxisWeight<A> axis[kMaxDims];
@@ -306,21 +312,21 @@ private:
                     dx[d] = A(0);
                 }
                 for (uint32_t l = 0; l < m_options.n_levels; ++l) {
-                    for (uint32_t f = 0; f < F(); ++f) dg[f] = A(0);
+                    for (uint32_t f = 0; f < n_feat(); ++f) dg[f] = A(0);
                     if (active(l, max_level) && interpolates()) {
                         const GridLevel& L = m_levels[l];
                         locate(in, r, L, axis);
-                        const T* V = params + static_cast<size_t>(L.offset) * F();
+                        const T* V = params + static_cast<size_t>(L.offset) * n_feat();
                         for (uint32_t c = 0; c < n_corners(); ++c) {
-                            const size_t e = static_cast<size_t>(corner_entry(L, axis, c)) * F();
+                            const size_t e = static_cast<size_t>(corner_entry(L, axis, c)) * n_feat();
                             grid::corner_weight_gradient(m_options.n_dims, axis, c, grad);
                             A E = A(0);
                             for (uint32_t d = 0; d < m_options.n_dims; ++d) E += v[d] * grad[d];
                             A gv = A(0);
-                            for (uint32_t f = 0; f < F(); ++f) {
+                            for (uint32_t f = 0; f < n_feat(); ++f) {
                                 const A val = static_cast<A>(V[e + f]);
                                 dg[f] += E * val;
-                                gv += load_as<T>(dL_dout, r, l * F() + f) * val;
+                                gv += load_as<T>(dL_dout, r, l * n_feat() + f) * val;
                             }
                             if (dL_din) {
                                 grid::corner_weight_hessian_dot(m_options.n_dims, axis, c, v, hv);
@@ -329,7 +335,8 @@ private:
                         }
                     }
                     if (dL_ddLdout)
-                        for (uint32_t f = 0; f < F(); ++f) store_output<T>(*dL_ddLdout, r, l * F() + f, dg[f]);
+                        for (uint32_t f = 0; f < n_feat(); ++f)
+                            store_output<T>(*dL_ddLdout, r, l * n_feat() + f, dg[f]);
                 }
                 if (dL_din)
                     for (uint32_t d = 0; d < m_options.n_dims; ++d) store_input(*dL_din, r, d, dx[d]);
@@ -370,7 +377,8 @@ std::unique_ptr<Encoding> create_grid(const std::string& otype, uint32_t n_dims,
         throw ConfigError(msg(where, ": grids encode 1 to ", kMaxDims, " input dimensions, got ", n_dims));
     o.n_dims = n_dims;
 
-    const std::string default_type = iequals(otype, "TiledGrid") ? "Tiled" : (iequals(otype, "DenseGrid") ? "Dense" : "Hash");
+    const std::string default_type =
+        iequals(otype, "TiledGrid") ? "Tiled" : (iequals(otype, "DenseGrid") ? "Dense" : "Hash");
     std::string type = cfg.get_choice("type", default_type, {"Hash", "Dense", "Tiled", "Tile"});
     if (type == "Tile") type = "Tiled";  // tcnn's alias
     o.type = type == "Hash" ? GridType::Hash : (type == "Dense" ? GridType::Dense : GridType::Tiled);
@@ -381,7 +389,8 @@ std::unique_ptr<Encoding> create_grid(const std::string& otype, uint32_t n_dims,
         cfg.fail("n_features_per_level", msg("must be 1, 2, 4 or 8, got ", o.n_features_per_level));
 
     // tcnn lets "n_features" (or "n_grid_features") set n_levels * n_features_per_level instead.
-    const char* n_features_key = cfg.has("n_features") ? "n_features" : (cfg.has("n_grid_features") ? "n_grid_features" : nullptr);
+    const char* n_features_key =
+        cfg.has("n_features") ? "n_features" : (cfg.has("n_grid_features") ? "n_grid_features" : nullptr);
     cfg.mark_known("n_features");
     cfg.mark_known("n_grid_features");
     if (n_features_key) {
@@ -415,15 +424,17 @@ std::unique_ptr<Encoding> create_grid(const std::string& otype, uint32_t n_dims,
     o.hash = static_cast<HashType>(std::find(hash_names().begin(), hash_names().end(), hash) - hash_names().begin());
     o.stochastic_interpolation = cfg.get_bool("stochastic_interpolation", false);
     if (cfg.get_bool("fixed_point_pos", false))
-        cfg.fail("fixed_point_pos", "true is not supported (tcnn uses fixed-point positions only in its JIT-fused "
-                                    "kernels); remove the key or set it to false");
+        cfg.fail("fixed_point_pos",
+                 "true is not supported (tcnn uses fixed-point positions only in its JIT-fused "
+                 "kernels); remove the key or set it to false");
 
     uint64_t total_entries = 0;
     std::vector<GridLevel> levels = make_levels(o, &total_entries);
     const uint64_t n_params = total_entries * o.n_features_per_level;
     if (n_params > 0xFFFFFFFFull)
-        throw ConfigError(msg(where, ": the grid needs more than 2^32 - 1 parameters (tcnn indexes them with 32 bits); "
-                                     "lower n_levels, base_resolution, per_level_scale or log2_hashmap_size"));
+        throw ConfigError(msg(where,
+                              ": the grid needs more than 2^32 - 1 parameters (tcnn indexes them with 32 bits); "
+                              "lower n_levels, base_resolution, per_level_scale or log2_hashmap_size"));
     return std::unique_ptr<Encoding>(new GridEncoding(o, dtype, std::move(levels), static_cast<size_t>(n_params)));
 }
 

@@ -84,13 +84,13 @@ TNN_HD inline uint32_t grid_hash(HashType hash, uint32_t n_dims, const uint32_t*
             return xor_hash(n_dims, pos, f);
         }
         case HashType::CoherentPrime: {
-            const uint32_t f[kMaxDims] = {1u, 2654435761u, 805459861u, 3674653429u,
+            const uint32_t f[kMaxDims] = {1u,          2654435761u, 805459861u, 3674653429u,
                                           2097192037u, 1434869437u, 2165219737u};
             return xor_hash(n_dims, pos, f);
         }
         case HashType::ReversedPrime: {
             const uint32_t f[kMaxDims] = {2165219737u, 1434869437u, 2097192037u, 3674653429u,
-                                          805459861u, 2654435761u, 1958374283u};
+                                          805459861u,  2654435761u, 1958374283u};
             return xor_hash(n_dims, pos, f);
         }
         case HashType::Rng: {
@@ -190,8 +190,12 @@ TNN_HD inline void corner_position(uint32_t n_dims, const uint32_t* cell, uint32
 }
 
 // The corner's factor along dimension d: w or 1 - w, and its derivatives in x_d.
-template <typename F> TNN_HD inline F corner_factor(const AxisWeight<F>& a, bool upper) { return upper ? a.w : F(1) - a.w; }
-template <typename F> TNN_HD inline F corner_factor_dx(const AxisWeight<F>& a, bool upper) { return upper ? a.dw_dx : -a.dw_dx; }
+template <typename F> TNN_HD inline F corner_factor(const AxisWeight<F>& a, bool upper) {
+    return upper ? a.w : F(1) - a.w;
+}
+template <typename F> TNN_HD inline F corner_factor_dx(const AxisWeight<F>& a, bool upper) {
+    return upper ? a.dw_dx : -a.dw_dx;
+}
 template <typename F> TNN_HD inline F corner_factor_dx2(const AxisWeight<F>& a, bool upper) {
     return upper ? a.d2w_dx2 : -a.d2w_dx2;
 }
@@ -217,9 +221,8 @@ TNN_HD inline void corner_weight_gradient(uint32_t n_dims, const AxisWeight<F>* 
 // out_h = sum_g v_g d2W_c/(dx_g dx_h): the Hessian of the corner weight applied to a direction v
 // (the second-order pass's dL'/d(dL/dx)). Off-diagonal terms come from the product structure and
 // exist for Linear too; the diagonal needs w'' (zero for Linear).
-template <typename F>
-TNN_HD inline void corner_weight_hessian_dot(uint32_t n_dims, const AxisWeight<F>* a, uint32_t corner, const F* v,
-                                             F* out) {
+template <typename F> TNN_HD inline void corner_weight_hessian_dot(uint32_t n_dims, const AxisWeight<F>* a,
+                                                                   uint32_t corner, const F* v, F* out) {
     for (uint32_t h = 0; h < n_dims; ++h) {
         F sum = F(0);
         for (uint32_t g = 0; g < n_dims; ++g) {
@@ -238,8 +241,8 @@ TNN_HD inline void corner_weight_hessian_dot(uint32_t n_dims, const AxisWeight<F
 // tcnn's set_max_level: with max_level a fraction of the levels, level l is switched off (zero
 // output, no gradient) when l >= max_level * n_levels + 1e-3 (fp32, evaluated as tcnn does).
 TNN_HD inline bool level_active(uint32_t level, float max_level, uint32_t n_levels, uint32_t n_features_per_level) {
-    const float limit = (max_level * static_cast<float>(n_levels * n_features_per_level)) /
-                        static_cast<float>(n_features_per_level);
+    const float limit =
+        (max_level * static_cast<float>(n_levels * n_features_per_level)) / static_cast<float>(n_features_per_level);
     return !(static_cast<float>(level) >= limit + 1e-3f);
 }
 

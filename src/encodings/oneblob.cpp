@@ -32,7 +32,8 @@ void register_oneblob_encoding(Registry<EncodingFactory>& r) {
             cfg.fail("n_bins", msg("must be a power of two (1, 2, 4, ..., ", kMaxBins, "), got ", n_bins));
         uint32_t log2_bins = 0;
         while ((1u << log2_bins) < n_bins) ++log2_bins;
-        return std::unique_ptr<Encoding>(new PerDimEncoding<OneBlobLanes>(n_dims, dtype, OneBlobLanes{n_bins, log2_bins}));
+        return std::unique_ptr<Encoding>(
+            new PerDimEncoding<OneBlobLanes>(n_dims, dtype, OneBlobLanes{n_bins, log2_bins}));
     });
 }
 

@@ -43,7 +43,8 @@ private:
                 std::vector<A> f(W);
                 for (int64_t r = r0; r < r1; ++r)
                     for (uint32_t d = 0; d < n_input_dims(); ++d) {
-                        m_lanes.eval(load_input<A>(in, r, d), f.data(), static_cast<A*>(nullptr), static_cast<A*>(nullptr));
+                        m_lanes.eval(load_input<A>(in, r, d), f.data(), static_cast<A*>(nullptr),
+                                     static_cast<A*>(nullptr));
                         for (uint32_t j = 0; j < W; ++j) store_output<T>(out, r, d * W + j, f[j]);
                     }
             });
@@ -62,7 +63,8 @@ private:
                 std::vector<A> df(W);
                 for (int64_t r = r0; r < r1; ++r)
                     for (uint32_t d = 0; d < n_input_dims(); ++d) {
-                        m_lanes.eval(load_input<A>(in, r, d), static_cast<A*>(nullptr), df.data(), static_cast<A*>(nullptr));
+                        m_lanes.eval(load_input<A>(in, r, d), static_cast<A*>(nullptr), df.data(),
+                                     static_cast<A*>(nullptr));
                         A g = A(0);
                         for (uint32_t j = 0; j < W; ++j) g += load_as<T>(dL_dout, r, d * W + j) * df[j];
                         store_input(*dL_din, r, d, g);

@@ -168,9 +168,10 @@ TEST(SphericalHarmonics, MatchesTcnnPolynomials) {
     EXPECT_NEAR(out[6], std::sqrt(5.0) * (3 * z * z - 1) / (4 * sp), 1e-15);
     EXPECT_NEAR(out[20], 3 * (-30 * z * z + 35 * std::pow(z, 4) + 3) / (16 * sp), 1e-14);
     EXPECT_NEAR(out[27], -std::sqrt(770.0) * y * (3 * x * x - y * y) * (9 * z * z - 1) / (32 * sp), 1e-14);
-    EXPECT_NEAR(out[63], 3 * std::sqrt(715.0) * x *
-                             (-35 * x * x * std::pow(y, 4) + 21 * std::pow(x, 4) * y * y - std::pow(x, 6) + 7 * std::pow(y, 6)) /
-                             (64 * sp),
+    EXPECT_NEAR(out[63],
+                3 * std::sqrt(715.0) * x *
+                    (-35 * x * x * std::pow(y, 4) + 21 * std::pow(x, 4) * y * y - std::pow(x, 6) + 7 * std::pow(y, 6)) /
+                    (64 * sp),
                 1e-14);
 }
 
@@ -187,8 +188,9 @@ TEST(SphericalHarmonics, EncodingMapsUnitCubeToDirections) {
 
 TEST(Composite, ConcatenatesNestedOutputsInOrder) {
     const json cfg = {{"otype", "Composite"},
-                      {"nested", {{{"otype", "Frequency"}, {"n_frequencies", 2}, {"n_dims_to_encode", 2}},
-                                  {{"otype", "Identity"}, {"scale", 3.0}}}}};
+                      {"nested",
+                       {{{"otype", "Frequency"}, {"n_frequencies", 2}, {"n_dims_to_encode", 2}},
+                        {{"otype", "Identity"}, {"scale", 3.0}}}}};
     auto e = create_encoding(3, cfg, DType::f64);
     ASSERT_EQ(e->n_output_dims(), 2u * 4u + 1u);
     const Tensor x = random_tensor(5, 3, DType::f64, 0, 1, 3);
@@ -205,10 +207,12 @@ TEST(Composite, ConcatenatesNestedOutputsInOrder) {
 
 // dims_to_encode_begin picks any slice, in any order, and slices may overlap.
 TEST(Composite, DimsToEncodeBegin) {
-    const json cfg = {{"otype", "Composite"},
-                      {"nested", {{{"otype", "Identity"}, {"n_dims_to_encode", 1}, {"dims_to_encode_begin", 2}},
-                                  {{"otype", "Identity"}, {"scale", 2.0}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 0}},
-                                  {{"otype", "Identity"}, {"scale", -1.0}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 1}}}}};
+    const json cfg = {
+        {"otype", "Composite"},
+        {"nested",
+         {{{"otype", "Identity"}, {"n_dims_to_encode", 1}, {"dims_to_encode_begin", 2}},
+          {{"otype", "Identity"}, {"scale", 2.0}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 0}},
+          {{"otype", "Identity"}, {"scale", -1.0}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 1}}}}};
     auto e = create_encoding(3, cfg, DType::f64);
     ASSERT_EQ(e->n_output_dims(), 5u);
     const auto y = run(*e, from_rows({{0.1, 0.2, 0.3}}, DType::f64));
@@ -218,9 +222,11 @@ TEST(Composite, DimsToEncodeBegin) {
 // tcnn's alignment rule: a nested grid with 4 features per level starts at a multiple of 4; the
 // lanes before it hold the previous encoding's padding value (1 for Identity).
 TEST(Composite, AlignsNestedGridOutputs) {
-    const json cfg = {{"otype", "Composite"},
-                      {"nested", {{{"otype", "Identity"}, {"n_dims_to_encode", 1}},
-                                  {{"otype", "DenseGrid"}, {"n_levels", 1}, {"n_features_per_level", 4}, {"base_resolution", 2}}}}};
+    const json cfg = {
+        {"otype", "Composite"},
+        {"nested",
+         {{{"otype", "Identity"}, {"n_dims_to_encode", 1}},
+          {{"otype", "DenseGrid"}, {"n_levels", 1}, {"n_features_per_level", 4}, {"base_resolution", 2}}}}};
     auto e = create_encoding(3, cfg, DType::f64);
     ASSERT_EQ(e->n_output_dims(), 4u + 4u);
     EXPECT_EQ(e->padding_value(), 0.0f);  // the network pads after the grid
@@ -235,9 +241,14 @@ TEST(Composite, AlignsNestedGridOutputs) {
 TEST(Composite, SumPadsNestedOutputsToACommonWidth) {
     const json cfg = {{"otype", "Composite"},
                       {"reduction", "Sum"},
-                      {"nested", {{{"otype", "Identity"}, {"n_dims_to_encode", 3}, {"dims_to_encode_begin", 0}},
-                                  {{"otype", "DenseGrid"}, {"n_dims_to_encode", 3}, {"dims_to_encode_begin", 0},
-                                   {"n_levels", 1}, {"n_features_per_level", 4}, {"base_resolution", 2}}}}};
+                      {"nested",
+                       {{{"otype", "Identity"}, {"n_dims_to_encode", 3}, {"dims_to_encode_begin", 0}},
+                        {{"otype", "DenseGrid"},
+                         {"n_dims_to_encode", 3},
+                         {"dims_to_encode_begin", 0},
+                         {"n_levels", 1},
+                         {"n_features_per_level", 4},
+                         {"base_resolution", 2}}}}};
     auto e = create_encoding(3, cfg, DType::f64);
     ASSERT_EQ(e->n_output_dims(), 4u);
     EXPECT_EQ(e->padding_value(), 1.0f);  // 1 (Identity) + 0 (grid)
@@ -249,8 +260,9 @@ TEST(Composite, SumAndProduct) {
     auto nested = [](const char* reduction) {
         return json{{"otype", "Composite"},
                     {"reduction", reduction},
-                    {"nested", {{{"otype", "Identity"}, {"n_dims_to_encode", 2}, {"scale", 2.0}},
-                                {{"otype", "Identity"}, {"n_dims_to_encode", 2}, {"offset", 1.0}}}}};
+                    {"nested",
+                     {{{"otype", "Identity"}, {"n_dims_to_encode", 2}, {"scale", 2.0}},
+                      {{"otype", "Identity"}, {"n_dims_to_encode", 2}, {"offset", 1.0}}}}};
     };
     auto sum = create_encoding(4, nested("Sum"), DType::f64);
     auto prod = create_encoding(4, nested("product"), DType::f64);
@@ -267,9 +279,10 @@ TEST(Composite, NrcPresetIsTcnnsComposite) {
     auto nrc = create_encoding(9, {{"otype", "NRC"}, {"n_frequencies", 4}, {"n_bins", 8}}, DType::f64);
     ASSERT_EQ(nrc->n_output_dims(), 3u * 4u + 5u * 8u + 1u);
     const json manual = {{"otype", "Composite"},
-                         {"nested", {{{"otype", "TriangleWave"}, {"n_frequencies", 4}, {"n_dims_to_encode", 3}},
-                                     {{"otype", "OneBlob"}, {"n_bins", 8}, {"n_dims_to_encode", 5}},
-                                     {{"otype", "Identity"}}}}};
+                         {"nested",
+                          {{{"otype", "TriangleWave"}, {"n_frequencies", 4}, {"n_dims_to_encode", 3}},
+                           {{"otype", "OneBlob"}, {"n_bins", 8}, {"n_dims_to_encode", 5}},
+                           {{"otype", "Identity"}}}}};
     auto ref = create_encoding(9, manual, DType::f64);
     const Tensor x = random_tensor(7, 9, DType::f64, 0, 1, 4);
     EXPECT_EQ(run(*nrc, x), run(*ref, x));
@@ -299,32 +312,43 @@ std::vector<DerivativeCase> derivative_cases() {
         {"composite",
          5,
          {{"otype", "Composite"},
-          {"nested", {{{"otype", "SphericalHarmonics"}, {"degree", 3}, {"n_dims_to_encode", 3}},
-                      {{"otype", "Frequency"}, {"n_frequencies", 3}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 1}},
-                      {{"otype", "HashGrid"}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 3}, {"n_levels", 2},
-                       {"base_resolution", 3}, {"log2_hashmap_size", 4}, {"interpolation", "Smoothstep"}}}}}},
+          {"nested",
+           {{{"otype", "SphericalHarmonics"}, {"degree", 3}, {"n_dims_to_encode", 3}},
+            {{"otype", "Frequency"}, {"n_frequencies", 3}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 1}},
+            {{"otype", "HashGrid"},
+             {"n_dims_to_encode", 2},
+             {"dims_to_encode_begin", 3},
+             {"n_levels", 2},
+             {"base_resolution", 3},
+             {"log2_hashmap_size", 4},
+             {"interpolation", "Smoothstep"}}}}}},
         {"composite_sum",
          3,
          {{"otype", "Composite"},
           {"reduction", "Sum"},
-          {"nested", {{{"otype", "Frequency"}, {"n_frequencies", 2}, {"n_dims_to_encode", 1}},
-                      {{"otype", "OneBlob"}, {"n_bins", 4}, {"n_dims_to_encode", 1}, {"dims_to_encode_begin", 2}},
-                      {{"otype", "SphericalHarmonics"}, {"degree", 2}, {"n_dims_to_encode", 3}, {"dims_to_encode_begin", 0}}}}}},
+          {"nested",
+           {{{"otype", "Frequency"}, {"n_frequencies", 2}, {"n_dims_to_encode", 1}},
+            {{"otype", "OneBlob"}, {"n_bins", 4}, {"n_dims_to_encode", 1}, {"dims_to_encode_begin", 2}},
+            {{"otype", "SphericalHarmonics"}, {"degree", 2}, {"n_dims_to_encode", 3}, {"dims_to_encode_begin", 0}}}}}},
         {"composite_product",
          4,
          {{"otype", "Composite"},
           {"reduction", "Product"},
-          {"nested", {{{"otype", "Frequency"}, {"n_frequencies", 1}, {"n_dims_to_encode", 1}},
-                      {{"otype", "DenseGrid"}, {"n_dims_to_encode", 2}, {"n_levels", 1}, {"base_resolution", 3}},
-                      {{"otype", "Identity"}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 2}, {"offset", 0.5}}}}}},
+          {"nested",
+           {{{"otype", "Frequency"}, {"n_frequencies", 1}, {"n_dims_to_encode", 1}},
+            {{"otype", "DenseGrid"}, {"n_dims_to_encode", 2}, {"n_levels", 1}, {"base_resolution", 3}},
+            {{"otype", "Identity"}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 2}, {"offset", 0.5}}}}}},
         {"nested_composite",
          4,
          {{"otype", "Composite"},
-          {"nested", {{{"otype", "Composite"}, {"n_dims_to_encode", 2}, {"reduction", "Product"},
-                       {"nested", {{{"otype", "Identity"}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 0}},
-                                   {{"otype", "Frequency"}, {"n_frequencies", 1}, {"n_dims_to_encode", 1},
-                                    {"dims_to_encode_begin", 1}}}}},
-                      {{"otype", "OneBlob"}, {"n_bins", 4}}}}}},
+          {"nested",
+           {{{"otype", "Composite"},
+             {"n_dims_to_encode", 2},
+             {"reduction", "Product"},
+             {"nested",
+              {{{"otype", "Identity"}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 0}},
+               {{"otype", "Frequency"}, {"n_frequencies", 1}, {"n_dims_to_encode", 1}, {"dims_to_encode_begin", 1}}}}},
+            {{"otype", "OneBlob"}, {"n_bins", 4}}}}}},
     };
 }
 
@@ -376,10 +400,14 @@ std::vector<std::pair<uint32_t, json>> all_encoding_configs() {
     for (const auto& c : derivative_cases()) v.emplace_back(c.n_dims, c.config);
     v.emplace_back(2, json{{"otype", "TriangleWave"}, {"n_frequencies", 7}});
     v.emplace_back(10, json{{"otype", "NRC"}});
-    v.emplace_back(3, json{{"otype", "HashGrid"}, {"n_levels", 4}, {"log2_hashmap_size", 10}, {"hash", "Rng"},
+    v.emplace_back(3, json{{"otype", "HashGrid"},
+                           {"n_levels", 4},
+                           {"log2_hashmap_size", 10},
+                           {"hash", "Rng"},
                            {"stochastic_interpolation", true}});
     v.emplace_back(2, json{{"otype", "DenseGrid"}, {"n_levels", 3}, {"interpolation", "Nearest"}});
-    v.emplace_back(4, json{{"otype", "TiledGrid"}, {"n_levels", 2}, {"base_resolution", 4}, {"n_features_per_level", 8}});
+    v.emplace_back(4,
+                   json{{"otype", "TiledGrid"}, {"n_levels", 2}, {"base_resolution", 4}, {"n_features_per_level", 8}});
     v.emplace_back(1, json{{"otype", "Grid"}, {"type", "Tile"}, {"n_features", 6}, {"n_features_per_level", 1}});
     return v;
 }
@@ -421,7 +449,9 @@ TEST(Encodings, BadConfigsRaiseConfigErrorsThatNameTheProblem) {
         {2, {{"otype", "Identity"}, {"scale", "big"}}, {"scale", "number"}},
         {3, {{"otype", "Composite"}}, {"nested", "required"}},
         {3, {{"otype", "Composite"}, {"nested", json::array()}}, {"nested", "non-empty"}},
-        {3, {{"otype", "Composite"}, {"nested", arr({{{"otype", "Identity"}, {"n_dims_to_encode", 4}}})}}, {"4 dims", "3 input dims"}},
+        {3,
+         {{"otype", "Composite"}, {"nested", arr({{{"otype", "Identity"}, {"n_dims_to_encode", 4}}})}},
+         {"4 dims", "3 input dims"}},
         {3,
          {{"otype", "Composite"}, {"nested", arr({{{"otype", "Identity"}}, {{"otype", "Frequency"}}})}},
          {"n_dims_to_encode", "nested[0]", "nested[1]"}},
@@ -429,15 +459,22 @@ TEST(Encodings, BadConfigsRaiseConfigErrorsThatNameTheProblem) {
          {{"otype", "Composite"},
           {"nested", arr({{{"otype", "Identity"}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 2}}})}},
          {"nested[0]", "[2, 4)", "3 input dims"}},
-        {3, {{"otype", "Composite"}, {"nested", arr({{{"otype", "Identity"}, {"n_dims_to_encode", -2}}})}}, {"n_dims_to_encode", "non-negative"}},
-        {3, {{"otype", "Composite"}, {"reduction", "Max"}, {"nested", arr({{{"otype", "Identity"}}})}}, {"reduction", "Concatenation", "Sum", "Product"}},
+        {3,
+         {{"otype", "Composite"}, {"nested", arr({{{"otype", "Identity"}, {"n_dims_to_encode", -2}}})}},
+         {"n_dims_to_encode", "non-negative"}},
+        {3,
+         {{"otype", "Composite"}, {"reduction", "Max"}, {"nested", arr({{{"otype", "Identity"}}})}},
+         {"reduction", "Concatenation", "Sum", "Product"}},
         {4,
          {{"otype", "Composite"},
           {"reduction", "Sum"},
-          {"nested", arr({{{"otype", "Identity"}, {"n_dims_to_encode", 1}}, {{"otype", "Frequency"}, {"n_dims_to_encode", 3}}})}},
+          {"nested",
+           arr({{{"otype", "Identity"}, {"n_dims_to_encode", 1}}, {{"otype", "Frequency"}, {"n_dims_to_encode", 3}}})}},
          {"Sum", "one width", "Identity 1", "Frequency 72"}},
         {3, {{"otype", "Composite"}, {"nested", arr({{{"otype", "Nope"}}})}}, {"nested[0]", "Nope", "valid choices"}},
-        {3, {{"otype", "Composite"}, {"nested", arr({{{"otype", "SphericalHarmonics"}, {"degree", 12}}})}}, {"nested[0]", "degree"}},
+        {3,
+         {{"otype", "Composite"}, {"nested", arr({{{"otype", "SphericalHarmonics"}, {"degree", 12}}})}},
+         {"nested[0]", "degree"}},
         {5, {{"otype", "NRC"}}, {"NRC", "at least 8"}},
         {9, {{"otype", "NRC"}, {"n_bins", 3}}, {"n_bins", "power of two"}},
     };
@@ -448,7 +485,8 @@ TEST(Encodings, BadConfigsRaiseConfigErrorsThatNameTheProblem) {
             ADD_FAILURE() << "no ConfigError";
         } catch (const ConfigError& e) {
             const std::string what = e.what();
-            for (const auto& s : c.must_mention) EXPECT_NE(what.find(s), std::string::npos) << what << " lacks '" << s << "'";
+            for (const auto& s : c.must_mention)
+                EXPECT_NE(what.find(s), std::string::npos) << what << " lacks '" << s << "'";
         }
     }
 }
@@ -483,10 +521,12 @@ TEST(Encodings, ReducedPrecisionOutputsAreRoundedFp32) {
 // their 11-bit significands and exponents within 8 of each other fit fp32's 24 bits).
 TEST(Composite, ReductionsRoundNestedOutputsFirst) {
     for (const char* reduction : {"Sum", "Product"}) {
-        const json cfg = {{"otype", "Composite"},
-                          {"reduction", reduction},
-                          {"nested", {{{"otype", "Identity"}, {"n_dims_to_encode", 1}, {"scale", 2.0}},
-                                      {{"otype", "Identity"}, {"n_dims_to_encode", 1}, {"dims_to_encode_begin", 0}, {"offset", 1.0}}}}};
+        const json cfg = {
+            {"otype", "Composite"},
+            {"reduction", reduction},
+            {"nested",
+             {{{"otype", "Identity"}, {"n_dims_to_encode", 1}, {"scale", 2.0}},
+              {{"otype", "Identity"}, {"n_dims_to_encode", 1}, {"dims_to_encode_begin", 0}, {"offset", 1.0}}}}};
         auto e = create_encoding(1, cfg, DType::f16);
         const Tensor x = random_tensor(50, 1, DType::f32, 0, 1, 12);
         const auto y = run(*e, x);

@@ -21,7 +21,8 @@ using grid::Interpolation;
 const Stream kCpu;
 
 // The hash factors of TCNN_COMPAT.md, restated here so the tests check grid_math.h against them.
-constexpr uint32_t kCoherentPrimes[7] = {1u, 2654435761u, 805459861u, 3674653429u, 2097192037u, 1434869437u, 2165219737u};
+constexpr uint32_t kCoherentPrimes[7] = {1u,          2654435761u, 805459861u, 3674653429u,
+                                         2097192037u, 1434869437u, 2165219737u};
 
 std::vector<double> run(const Module& m, const Tensor& x, const std::vector<double>& params) {
     Tensor y(x.rows(), m.n_output_dims(), m.output_dtype());
@@ -210,21 +211,29 @@ TEST(Grid, ParameterCounts) {
     EXPECT_EQ(n_params(2, {{"otype", "HashGrid"}, {"n_levels", 8}, {"log2_hashmap_size", 15}}),
               2u * (256u + 1024u + 4096u + 16384u + 4u * 32768u));
     // Dense 3D, base 4, 3 levels of 4^3, 8^3, 16^3 vertices, 4 features.
-    EXPECT_EQ(n_params(3, {{"otype", "DenseGrid"}, {"n_levels", 3}, {"base_resolution", 4}, {"per_level_scale", 2.0},
+    EXPECT_EQ(n_params(3, {{"otype", "DenseGrid"},
+                           {"n_levels", 3},
+                           {"base_resolution", 4},
+                           {"per_level_scale", 2.0},
                            {"n_features_per_level", 4}}),
               4u * (64u + 512u + 4096u));
     // Dense 2D, base 3, one level: 9 vertices rounded up to 16 entries.
-    EXPECT_EQ(n_params(2, {{"otype", "DenseGrid"}, {"n_levels", 1}, {"base_resolution", 3}, {"n_features_per_level", 1}}), 16u);
+    EXPECT_EQ(
+        n_params(2, {{"otype", "DenseGrid"}, {"n_levels", 1}, {"base_resolution", 3}, {"n_features_per_level", 1}}),
+        16u);
     // Tiled 2D, base 8: every level holds at most 8^2 = 64 entries.
     EXPECT_EQ(n_params(2, {{"otype", "TiledGrid"}, {"n_levels", 3}, {"base_resolution", 8}}), 2u * 3u * 64u);
     // 1D hash, 32 entries: 16, 32, then 32, 32.
-    EXPECT_EQ(n_params(1, {{"otype", "HashGrid"}, {"n_levels", 4}, {"log2_hashmap_size", 5}, {"n_features_per_level", 1}}),
-              16u + 32u + 32u + 32u);
+    EXPECT_EQ(
+        n_params(1, {{"otype", "HashGrid"}, {"n_levels", 4}, {"log2_hashmap_size", 5}, {"n_features_per_level", 1}}),
+        16u + 32u + 32u + 32u);
     // 7D, base 2: 2^7 and 4^7 vertices.
-    EXPECT_EQ(n_params(7, {{"otype", "HashGrid"}, {"n_levels", 2}, {"base_resolution", 2}, {"n_features_per_level", 1}}),
-              128u + 16384u);
+    EXPECT_EQ(
+        n_params(7, {{"otype", "HashGrid"}, {"n_levels", 2}, {"base_resolution", 2}, {"n_features_per_level", 1}}),
+        128u + 16384u);
     // n_features sets n_levels * n_features_per_level.
-    EXPECT_EQ(create_encoding(2, {{"otype", "Grid"}, {"n_features", 8}, {"n_features_per_level", 4}})->n_output_dims(), 8u);
+    EXPECT_EQ(create_encoding(2, {{"otype", "Grid"}, {"n_features", 8}, {"n_features_per_level", 4}})->n_output_dims(),
+              8u);
 }
 
 TEST(Grid, DenseDefaultScaleReaches256) {
@@ -243,7 +252,10 @@ TEST(Grid, DenseDefaultScaleReaches256) {
 // 0.1*0.3, 0.9*0.3, 0.1*0.7, 0.9*0.7 = 0.03, 0.27, 0.07, 0.63: y = 0.27 + 4.32 + 2.52 + 30.87 = 37.98.
 TEST(Grid, HandComputedDenseLevel) {
     auto cfg = [](const char* interp) {
-        return json{{"otype", "DenseGrid"}, {"n_levels", 1}, {"base_resolution", 3}, {"n_features_per_level", 1},
+        return json{{"otype", "DenseGrid"},
+                    {"n_levels", 1},
+                    {"base_resolution", 3},
+                    {"n_features_per_level", 1},
                     {"interpolation", interp}};
     };
     std::vector<double> p(16);
@@ -273,7 +285,8 @@ TEST(Grid, UpperVertexWrapsModuloTheLevelSize) {
 
 // Two features per entry, feature fastest; and a second level after the first in the vector.
 TEST(Grid, ParameterLayoutIsLevelMajorFeatureFastest) {
-    const json cfg = {{"otype", "DenseGrid"}, {"n_levels", 2}, {"base_resolution", 2}, {"per_level_scale", 2.0},
+    const json cfg = {{"otype", "DenseGrid"},      {"n_levels", 2},
+                      {"base_resolution", 2},      {"per_level_scale", 2.0},
                       {"n_features_per_level", 2}, {"interpolation", "Nearest"}};
     auto e = create_encoding(1, cfg, DType::f64);
     // level 0: scale 1, 2 vertices -> 8 entries; level 1: scale 3, 4 vertices -> 8 entries.
@@ -286,7 +299,8 @@ TEST(Grid, ParameterLayoutIsLevelMajorFeatureFastest) {
 
 // A hashed level: 2D, 4x4 vertices, 8 entries: entry = (x * 1 ^ y * 2654435761) mod 8.
 TEST(Grid, HandComputedHashLevel) {
-    const json cfg = {{"otype", "HashGrid"}, {"n_levels", 1}, {"base_resolution", 4}, {"log2_hashmap_size", 3},
+    const json cfg = {{"otype", "HashGrid"},       {"n_levels", 1},
+                      {"base_resolution", 4},      {"log2_hashmap_size", 3},
                       {"n_features_per_level", 1}, {"interpolation", "Nearest"}};
     auto e = create_encoding(2, cfg, DType::f64);
     ASSERT_EQ(e->n_params(), 8u);
@@ -329,16 +343,21 @@ struct GridCase {
 std::vector<GridCase> grid_cases() {
     std::vector<GridCase> v;
     auto hash = [](uint32_t d, uint32_t F, const char* interp, const char* hash_name = "CoherentPrime") {
-        return json{{"otype", "HashGrid"}, {"n_levels", 3}, {"n_features_per_level", F}, {"base_resolution", 3},
-                    {"per_level_scale", 1.7}, {"log2_hashmap_size", d >= 5 ? 6 : 5}, {"interpolation", interp},
-                    {"hash", hash_name}};
+        return json{{"otype", "HashGrid"},     {"n_levels", 3},          {"n_features_per_level", F},
+                    {"base_resolution", 3},    {"per_level_scale", 1.7}, {"log2_hashmap_size", d >= 5 ? 6 : 5},
+                    {"interpolation", interp}, {"hash", hash_name}};
     };
     for (const char* interp : {"Linear", "Smoothstep", "Nearest"})
         for (uint32_t d : {1u, 2u, 3u}) v.push_back({d, hash(d, 2, interp)});
     for (uint32_t F : {1u, 4u, 8u}) v.push_back({2, hash(2, F, "Linear")});
     for (uint32_t d : {4u, 5u, 6u, 7u}) v.push_back({d, hash(d, 1, "Smoothstep")});
     for (const char* h : {"Prime", "ReversedPrime", "Rng", "BaseConvert"}) v.push_back({3, hash(3, 2, "Linear", h)});
-    v.push_back({3, {{"otype", "DenseGrid"}, {"n_levels", 2}, {"base_resolution", 3}, {"per_level_scale", 1.5}, {"interpolation", "Smoothstep"}}});
+    v.push_back({3,
+                 {{"otype", "DenseGrid"},
+                  {"n_levels", 2},
+                  {"base_resolution", 3},
+                  {"per_level_scale", 1.5},
+                  {"interpolation", "Smoothstep"}}});
     v.push_back({2, {{"otype", "TiledGrid"}, {"n_levels", 2}, {"base_resolution", 4}, {"n_features_per_level", 4}}});
     return v;
 }
@@ -385,7 +404,10 @@ TEST(Grid, LinearHasCrossButNoDiagonalSecondDerivative) {
 
 // With finer levels switched off, the derivatives are those of the remaining levels.
 TEST(Grid, DerivativesWithMaxLevel) {
-    const json cfg = {{"otype", "HashGrid"}, {"n_levels", 4}, {"base_resolution", 3}, {"log2_hashmap_size", 6},
+    const json cfg = {{"otype", "HashGrid"},
+                      {"n_levels", 4},
+                      {"base_resolution", 3},
+                      {"log2_hashmap_size", 6},
                       {"interpolation", "Smoothstep"}};
     auto e = create_encoding(2, cfg, DType::f64);
     e->set_max_level(0.3f);  // levels 0 and 1 stay (l < 1.2 + 1e-3)
@@ -415,8 +437,10 @@ TEST(Grid, SetMaxLevelZeroesFinerLevelsAndTheirGradients) {
     const size_t level3 = 2 * (16 + 64 + 64);
     double before = 0;
     for (size_t i = 0; i < dp.size(); ++i) {
-        if (i >= level3) EXPECT_EQ(dp[i], 0.0) << i;
-        else before += std::fabs(dp[i]);
+        if (i >= level3)
+            EXPECT_EQ(dp[i], 0.0) << i;
+        else
+            before += std::fabs(dp[i]);
     }
     EXPECT_GT(before, 0.0);
 }
@@ -491,7 +515,10 @@ TEST(Grid, GradientModes) {
 // Stochastic interpolation (tcnn): each row and level sends its whole dL/dy to one corner, chosen
 // by random_val(1337, row + level * rows) against the interpolation weights.
 TEST(Grid, StochasticInterpolationPicksOneCorner) {
-    const json cfg = {{"otype", "DenseGrid"}, {"n_levels", 1}, {"base_resolution", 5}, {"n_features_per_level", 1},
+    const json cfg = {{"otype", "DenseGrid"},
+                      {"n_levels", 1},
+                      {"base_resolution", 5},
+                      {"n_features_per_level", 1},
                       {"stochastic_interpolation", true}};
     auto e = create_encoding(2, cfg, DType::f64);
     const auto p = random_vector(e->n_params(), -1, 1, 1);
@@ -541,7 +568,8 @@ TEST(Grid, ReducedPrecisionGradients) {
         std::vector<float> dp32(n);
         std::vector<uint16_t> dplo(n);
         View v32 = dx32.view(), vlo = dxlo.view();
-        e32->backward(kCpu, *c32, x.view(), y32.view(), g32r.view(), &v32, dp32.data(), p32.data(), GradMode::overwrite);
+        e32->backward(kCpu, *c32, x.view(), y32.view(), g32r.view(), &v32, dp32.data(), p32.data(),
+                      GradMode::overwrite);
         elo->backward(kCpu, *clo, x.view(), ylo.view(), glo.view(), &vlo, dplo.data(), plo.data(), GradMode::overwrite);
         // Outputs and parameter gradients are computed in fp32 and rounded once: half an ulp of the
         // dtype (plus fp16's subnormal spacing 2^-24 near zero). Input gradients stay fp32 and see
