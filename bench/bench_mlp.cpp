@@ -1,0 +1,286 @@
+// FullyFusedMLP device benchmark (bench/run_mlp_bench.sh builds and runs it): GPU time per call of
+// inference and of a training step for the shapes, from CUDA graphs of back-to-back calls
+// timed with events (median of rounds), plus the small-batch latency of 64->64->64 and a sweep of
+// warps per block. Writes one JSON; bench_mlp_report.py adds the floors and the baselines.
+//
+//   bench_mlp --out FILE.json [--rounds 5] [--round_ms 20] [--batch_log2 21] [--quick]
+//
+// A training step is forward (with context) + L2 loss + backward (dL/dparams) + Adam when the
+// library has GPU kernels for the loss and the optimizer; without them it is forward + backward
+// with a fixed dL/doutput, and the JSON says which ("train_parts").
+#include <tnn/tnn.h>
+
+#include "gpu/gpu.h"
+#include "networks/fully_fused_mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#ifndef gpu_event_elapsed_time
+#if defined(TNN_WITH_HIP)
+#define gpu_event_elapsed_time hipEventElapsedTime
+#else
+#define gpu_event_elapsed_time cudaEventElapsedTime
+#endif  // TNN_WITH_HIP
+#endif  // gpu_event_elapsed_time
+
+using namespace tnn;
+
+namespace {
+
+struct Options {
+    std::string out = "bench_mlp.json";
+    int rounds = 5;
+    double round_ms = 20.0;
+    int batch_log2 = 21;
+    bool quick = false;
+};
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto next = [&]() -> std::string {
+            if (i + 1 >= argc) {
+                std::cerr << "bench_mlp: " << a << " needs a value\n";
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "--out") o.out = next();
+        else if (a == "--rounds") o.rounds = std::stoi(next());
+        else if (a == "--round_ms") o.round_ms = std::stod(next());
+        else if (a == "--batch_log2") o.batch_log2 = std::stoi(next());
+        else if (a == "--quick") o.quick = true;
+        else {
+            std::cerr << "usage: bench_mlp --out FILE.json [--rounds 5] [--round_ms 20] [--batch_log2 21] [--quick]\n";
+            std::exit(2);
+        }
+    }
+    return o;
+}
+
+class Timer {
+public:
+    Timer() {
+        TNN_GPU_CHECK(gpu_event_create_with_flags(&m_start, 0));
+        TNN_GPU_CHECK(gpu_event_create_with_flags(&m_stop, 0));
+    }
+    ~Timer() {
+        (void)gpu_event_destroy(m_start);
+        (void)gpu_event_destroy(m_stop);
+    }
+    double time_graph(gpu_graph_exec_t exec, gpu_stream_t s, int launches) {
+        TNN_GPU_CHECK(gpu_event_record(m_start, s));
+        for (int i = 0; i < launches; ++i) TNN_GPU_CHECK(gpu_graph_launch(exec, s));
+        TNN_GPU_CHECK(gpu_event_record(m_stop, s));
+        TNN_GPU_CHECK(gpu_stream_synchronize(s));
+        float ms = 0;
+        TNN_GPU_CHECK(gpu_event_elapsed_time(&ms, m_start, m_stop));
+        return ms;
+    }
+
+private:
+    gpu_event_t m_start = nullptr, m_stop = nullptr;
+};
+
+template <typename F> gpu_graph_exec_t capture(const Stream& s, int inner, F&& body) {
+    const gpu_stream_t native = gpu::native_stream(s);
+    gpu_graph_t graph = nullptr;
+    TNN_GPU_CHECK(gpu_stream_begin_capture(native, gpu_stream_capture_mode_thread_local));
+    try {
+        for (int i = 0; i < inner; ++i) body();
+    } catch (...) {
+        (void)gpu_stream_end_capture(native, &graph);
+        if (graph) (void)gpu_graph_destroy(graph);
+        throw;
+    }
+    TNN_GPU_CHECK(gpu_stream_end_capture(native, &graph));
+    gpu_graph_exec_t exec = nullptr;
+    TNN_GPU_CHECK(gpu_graph_instantiate(&exec, graph));
+    TNN_GPU_CHECK(gpu_graph_destroy(graph));
+    return exec;
+}
+
+// Median GPU milliseconds per call of body(): a graph of `inner` back-to-back calls (>= ~2 ms of
+// work, so launch gaps do not count), launched until round_ms of GPU time, `rounds` times.
+template <typename F> std::vector<double> time_calls(const Stream& s, const Options& o, F&& body) {
+    body();  // warm-up: plans, kernel attributes, the temporary allocator's blocks
+    s.synchronize();
+    Timer timer;
+    const gpu_stream_t native = gpu::native_stream(s);
+    gpu_graph_exec_t one = capture(s, 1, body);
+    double t1 = 1e30;
+    for (int i = 0; i < 3; ++i) t1 = std::min(t1, timer.time_graph(one, native, 1));
+    (void)gpu_graph_exec_destroy(one);
+    const int inner = std::max(1, std::min(1000, static_cast<int>(std::ceil(2.0 / std::max(t1, 1e-4)))));
+    gpu_graph_exec_t exec = capture(s, inner, body);
+    const double per_graph = timer.time_graph(exec, native, 1);
+    const int launches = std::max(1, static_cast<int>(std::ceil(o.round_ms / std::max(per_graph, 1e-3))));
+    std::vector<double> ms;
+    for (int r = 0; r < o.rounds; ++r) ms.push_back(timer.time_graph(exec, native, launches) / (double(launches) * inner));
+    (void)gpu_graph_exec_destroy(exec);
+    return ms;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::vector<float> uniform(size_t n, float lo, float hi, uint64_t seed) {
+    Pcg32 rng(seed);
+    std::vector<float> v(n);
+    for (auto& x : v) x = lo + (hi - lo) * rng.next_float();
+    return v;
+}
+
+Tensor upload(const std::vector<float>& v, int64_t rows, int64_t cols, DType dtype, Device dev) {
+    Tensor host(rows, cols, DType::f32);
+    std::memcpy(host.data(), v.data(), v.size() * sizeof(float));
+    if (dtype != DType::f32) {
+        Tensor t(rows, cols, dtype);
+        convert(Stream::cpu(), host.view(), t.view());
+        return t.to(dev);
+    }
+    return host.to(dev);
+}
+
+struct Shape {
+    uint32_t n_in, width, n_out, hidden;
+};
+
+json net_config(const Shape& sh) {
+    return {{"otype", "FullyFusedMLP"}, {"n_neurons", sh.width},   {"n_hidden_layers", sh.hidden},
+            {"activation", "ReLU"},     {"output_activation", "None"}, {"dtype", "float16"}};
+}
+
+// One shape at one batch size: its network, tensors, and timed passes appended to `results`.
+void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const Options& o, const Stream& s,
+                 json& results, const std::vector<ffm::PlanOverride>& overrides, bool train = true) {
+    const Device dev = s.device();
+    auto net = create_network(sh.n_in, sh.n_out, net_config(sh));
+    std::vector<float> p32(net->n_params());
+    net->init_params(1337, p32.data());
+    Tensor params = upload(p32, 1, static_cast<int64_t>(p32.size()), DType::f16, dev);
+    Tensor params_fp32 = upload(p32, 1, static_cast<int64_t>(p32.size()), DType::f32, dev);
+    Tensor x = upload(uniform(size_t(batch) * sh.n_in, 0.0f, 1.0f, 1), batch, sh.n_in, DType::f32, dev);
+    Tensor target = upload(uniform(size_t(batch) * sh.n_out, 0.0f, 1.0f, 2), batch, sh.n_out, DType::f32, dev);
+    Tensor dy = upload(uniform(size_t(batch) * sh.n_out, -1.0f, 1.0f, 3), batch, sh.n_out, DType::f16, dev);
+    Tensor y(batch, sh.n_out, DType::f16, dev), grads(1, static_cast<int64_t>(net->n_params()), DType::f16, dev);
+    Tensor values(batch, sh.n_out, DType::f32, dev), dloss(batch, sh.n_out, DType::f16, dev);
+
+    // Whether this build has GPU kernels for the L2 loss and Adam (probed once, outside any capture).
+    auto loss = create_loss({{"otype", "L2"}});
+    auto adam = create_optimizer({{"otype", "Adam"}, {"learning_rate", 1e-3}});
+    bool have_loss = true, have_adam = true;
+    try {
+        loss->evaluate(s, 128.0f, y.view(), target.view(), nullptr, values.view(), dloss.view());
+        s.synchronize();
+    } catch (const Error&) {
+        have_loss = false;
+    }
+    try {
+        adam->allocate(dev, net->n_params(), net->n_matrix_params());
+        adam->step(s, 128.0f, params_fp32.ptr<float>(), params.data(), DType::f16, grads.data(), DType::f16);
+        s.synchronize();
+    } catch (const Error&) {
+        have_adam = false;
+    }
+    const std::string parts =
+        std::string("forward+") + (have_loss ? "L2+" : "") + "backward" + (have_adam ? "+Adam" : "");
+
+    for (const ffm::PlanOverride& ov : overrides) {
+        ffm::set_plan_override(ov);
+        json variant = {{"forward_warps", ov.forward_warps}, {"backward_warps", ov.backward_warps}};
+        auto record = [&](const char* pass, const std::vector<double>& ms, const std::string& what) {
+            results.push_back({{"label", label},       {"pass", pass},         {"n_in", sh.n_in},
+                               {"width", sh.width},    {"n_out", sh.n_out},    {"hidden", sh.hidden},
+                               {"batch", batch},       {"ms", median(ms)},     {"ms_rounds", ms},
+                               {"variant", variant},   {"what", what}});
+            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d  %9.4f ms  (%s)\n", label.c_str(), pass,
+                        static_cast<long long>(batch), ov.forward_warps, ov.backward_warps, median(ms), what.c_str());
+            std::fflush(stdout);
+        };
+        try {
+            record("inference", time_calls(s, o, [&] { net->inference(s, x.view(), y.view(), params.data()); }),
+                   "inference");
+            if (!train) continue;
+            record("train", time_calls(s, o, [&] {
+                       auto ctx = net->forward(s, x.view(), y.view(), params.data(), false);
+                       if (have_loss) loss->evaluate(s, 128.0f, y.view(), target.view(), nullptr, values.view(), dloss.view());
+                       net->backward(s, *ctx, x.view(), y.view(), have_loss ? dloss.view() : dy.view(), nullptr,
+                                     grads.data(), params.data(), GradMode::overwrite);
+                       if (have_adam)
+                           adam->step(s, 128.0f, params_fp32.ptr<float>(), params.data(), DType::f16, grads.data(),
+                                      DType::f16);
+                   }),
+                   parts);
+            record("fwd_bwd", time_calls(s, o, [&] {
+                       auto ctx = net->forward(s, x.view(), y.view(), params.data(), false);
+                       net->backward(s, *ctx, x.view(), y.view(), dy.view(), nullptr, grads.data(), params.data(),
+                                     GradMode::overwrite);
+                   }),
+                   "forward+backward");
+            record("forward_ctx", time_calls(s, o, [&] {
+                       auto ctx = net->forward(s, x.view(), y.view(), params.data(), false);
+                       (void)ctx;
+                   }),
+                   "forward with context (backward = fwd_bwd - this)");
+        } catch (const std::exception& e) {
+            results.push_back({{"label", label}, {"variant", variant}, {"error", e.what()}});
+            std::printf("%-28s ERROR %s\n", label.c_str(), e.what());
+        }
+    }
+    ffm::set_plan_override({});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options o = parse(argc, argv);
+    if (!gpu_available()) {
+        std::cerr << "bench_mlp: no GPU\n";
+        return 1;
+    }
+    gpu_stream_t native = nullptr;
+    TNN_GPU_CHECK(gpu_stream_create_with_flags(&native, gpu_stream_non_blocking));
+    const Stream s = Stream::gpu(native, 0);
+    json results = json::array();
+    const int64_t big = int64_t(1) << o.batch_log2;
+    const std::vector<ffm::PlanOverride> automatic = {ffm::PlanOverride{}};
+
+    // The shapes: 2 hidden layers, ReLU, no bias, fp32 input, fp16 output.
+    const std::vector<Shape> shapes = {{32, 64, 16, 2}, {32, 128, 16, 2}, {64, 64, 64, 2}, {32, 16, 16, 2}};
+    for (const Shape& sh : shapes)
+        bench_shape(sh, big, msg(sh.n_in, "->", sh.width, "->", sh.n_out), o, s, results, automatic);
+    // Small-batch latency (GPU-busy time per call, back-to-back in a graph).
+    for (int64_t b : {int64_t(1), int64_t(128), int64_t(1024)})
+        bench_shape({64, 64, 64, 2}, b, msg("latency 64->64->64"), o, s, results, automatic);
+    // Variants: warps per block (the planner's choice is the "auto" row above).
+    if (!o.quick) {
+        std::vector<ffm::PlanOverride> warps;
+        for (int fw : {2, 4, 8}) {
+            ffm::PlanOverride v;
+            v.forward_warps = fw;
+            v.backward_warps = fw;
+            warps.push_back(v);
+        }
+        for (const Shape& sh : {Shape{32, 64, 16, 2}, Shape{64, 64, 64, 2}, Shape{32, 128, 16, 2}})
+            bench_shape(sh, big, msg("warps ", sh.n_in, "->", sh.width, "->", sh.n_out), o, s, results, warps);
+    }
+
+    json doc = {{"device", gpu_device_description(0)}, {"version", version()}, {"batch_log2", o.batch_log2},
+                {"results", results}};
+    std::ofstream(o.out) << doc.dump(1) << "\n";
+    (void)gpu_stream_destroy(native);
+    std::printf("bench_mlp: wrote %s\n", o.out.c_str());
+    return 0;
+}
