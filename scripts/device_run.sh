@@ -2,13 +2,19 @@
 # Runs on a lent GPU machine (the `device` tool): builds and checks a clean export of HEAD (so that
 # colleagues' uncommitted files in the working copy cannot break it), then optional extra steps
 # given as arguments (e.g. "bench/run_mlp_bench.sh"). Everything lands in $OUT as summary.txt plus
-# one results.tgz, to stay within the tool's file limits.
+# one results.tgz, to stay within the tool's file limits. Before the call, on the lead's machine:
+#   rm -rf .export && mkdir .export && git archive HEAD | tar -x -C .export && git rev-parse --short HEAD > .export/.head
+# and carry .export and .deps.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 src=/tmp/tnn-src
 work=/tmp/tnn-out
 rm -rf "$src" "$work" && mkdir -p "$src" "$work"
-if git -C "$repo" rev-parse HEAD >/dev/null 2>&1; then
+if [ -d "$repo/.export" ]; then
+  # The lead's machine exports HEAD into .export (git-ignored, carried) when the copy has no .git.
+  cp -a "$repo/.export/." "$src/"
+  echo "device_run: using the carried export of HEAD ($(cat "$repo/.export/.head" 2>/dev/null))"
+elif git -C "$repo" rev-parse HEAD >/dev/null 2>&1; then
   git -C "$repo" archive HEAD | tar -x -C "$src"
   echo "device_run: HEAD $(git -C "$repo" rev-parse --short HEAD)"
 else
