@@ -84,7 +84,7 @@ fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   echo "== benchmark build"
   if ! { cmake -S "$BUILD/bench_blaslt_build" -B "$BUILD/bench_blaslt_build/out" -G Ninja \
-           -DCMAKE_BUILD_TYPE=Release >>"$OUT/build.log" 2>&1 &&
+           -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$(dirname "$(dirname "$NVCC")")" >>"$OUT/build.log" 2>&1 &&
          cmake --build "$BUILD/bench_blaslt_build/out" >>"$OUT/build.log" 2>&1; }; then
     tail -n 40 "$OUT/build.log"
     summary+=("bench build      FAILED   see build.log")

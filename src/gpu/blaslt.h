@@ -138,7 +138,8 @@ constexpr uint32_t gpu_blaslt_reduction_scheme_none = 0;
 #define gpu_blaslt_preference_set_attribute hipblasLtMatmulPreferenceSetAttribute
 #define gpu_blaslt_algo_get_heuristic hipblasLtMatmulAlgoGetHeuristic
 #define gpu_blaslt_matmul hipblasLtMatmul
-#define gpu_blaslt_status_name hipblasStatusToString
+// hipBLASLt has no status-to-string function of its own (hipBLAS's lives in another library).
+inline const char* gpu_blaslt_status_name(gpu_blaslt_status_t) { return "hipblasStatus_t"; }
 constexpr bool gpu_blaslt_has_selection_preferences = false;
 constexpr bool gpu_blaslt_has_relu_mask = false;
 #endif  // TNN_WITH_CUDA
