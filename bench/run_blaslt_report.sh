@@ -5,20 +5,21 @@
 # bench/bench_blaslt_report.py into JSON, markdown and PNG. Everything it keeps goes to $OUT; the
 # last lines printed are the summary.
 #
-# Environment: OUT (default out/blaslt), BUILD (default build-blaslt), JOBS (default: all cores),
-# CUDA_ARCH (default 90), SKIP_TESTS=1, SKIP_BENCH=1, BENCH_BUDGET_S (default 330: cases that would
-# start later are skipped with a note, so the report stays under 6 minutes), ROUNDS (default 5).
+# Environment: OUT (default out/blaslt), BUILD (default build-gpu: the configuration of
+# scripts/gpu_check.sh, so the two share one build), JOBS (default: all cores), CUDA_ARCH (default 90),
+# SKIP_TESTS=1, SKIP_BENCH=1, ROUNDS (default 5), BENCH_BUDGET_S (default 240: cases that would start
+# later are skipped with a note, so that the whole script stays under 8 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 SRC=$PWD
 
 OUT=${OUT:-$PWD/out/blaslt}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-BUILD=${BUILD:-build-blaslt}
+BUILD=${BUILD:-build-gpu}
 mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
 JOBS=${JOBS:-$(nproc)}
 CUDA_ARCH=${CUDA_ARCH:-90}
-BENCH_BUDGET_S=${BENCH_BUDGET_S:-330}
+BENCH_BUDGET_S=${BENCH_BUDGET_S:-240}
 ROUNDS=${ROUNDS:-5}
 start=$(date +%s)
 status=0
