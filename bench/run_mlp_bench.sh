@@ -11,9 +11,22 @@
 # script plans for), SKIP_TESTS=1, SKIP_TORCH=1, QUICK=1 (no warps sweep).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-SRC=$PWD
 OUT=${OUT:-$PWD/out/mlp_bench}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+# Build a clean export of HEAD (FROM_HEAD=0: the working copy as it is), so that colleagues'
+# uncommitted files in a shared checkout cannot break the build; the build directory stays outside.
+if [ "${FROM_HEAD:-1}" = 1 ] && git rev-parse HEAD >/dev/null 2>&1; then
+  export_dir=/tmp/tnn-mlp-bench-src
+  rm -rf "$export_dir" && mkdir -p "$export_dir"
+  git archive HEAD | tar -x -C "$export_dir"
+  [ -d .deps ] && cp -a .deps "$export_dir/"
+  [ -d "$export_dir/.deps/stb" ] && export STB_INCLUDE_DIR="$export_dir/.deps/stb/usr/include/stb"
+  echo "run_mlp_bench: HEAD $(git rev-parse --short HEAD), exported to $export_dir"
+  BUILD=${BUILD:-$PWD/build-mlp}
+  mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
+  OUT="$OUT" BUILD="$BUILD" FROM_HEAD=0 exec bash "$export_dir/bench/run_mlp_bench.sh"
+fi
+SRC=$PWD
 BUILD=${BUILD:-build-mlp}
 mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
 JOBS=${JOBS:-$(nproc)}
