@@ -6,7 +6,8 @@
 # and a summary. Designed to finish in under 7 minutes on one H200 (also as an extra step of
 # scripts/device_run.sh, which gives it 420 s).
 #
-# Environment: OUT (default out/mlp_bench), BUILD (default build-mlp; reused incrementally),
+# Environment: OUT (default out/mlp_bench), BUILD (default build-mlp; reused incrementally), FROM_HEAD
+# (default 1: build a clean export of HEAD unless BUILD is already configured),
 # JOBS (default: all cores), CUDA_ARCH (default 90), BUDGET_S (default 390: total wall time the
 # script plans for), SKIP_TESTS=1, SKIP_TORCH=1, QUICK=1 (no warps sweep).
 set -uo pipefail
@@ -15,6 +16,9 @@ OUT=${OUT:-$PWD/out/mlp_bench}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 # Build a clean export of HEAD (FROM_HEAD=0: the working copy as it is), so that colleagues'
 # uncommitted files in a shared checkout cannot break the build; the build directory stays outside.
+# A BUILD that is already configured (scripts/device_run.sh passes its own, from its own export of
+# HEAD) is used with the checkout this script runs from.
+[ -n "${BUILD:-}" ] && [ -f "$BUILD/CMakeCache.txt" ] && FROM_HEAD=0
 if [ "${FROM_HEAD:-1}" = 1 ] && git rev-parse HEAD >/dev/null 2>&1; then
   export_dir=/tmp/tnn-mlp-bench-src
   rm -rf "$export_dir" && mkdir -p "$export_dir"
