@@ -63,12 +63,14 @@ EOF
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   echo "== BlasLtMLP GPU tests"
   t0=$(date +%s)
-  timeout 300 "$BUILD/tnn_gpu_tests" --gtest_filter='*BlasLt*' --gtest_output="xml:$OUT/tests_blaslt.xml" \
+  timeout 300 "$BUILD/tests/tnn_gpu_tests" --gtest_filter='*BlasLt*' --gtest_output="xml:$OUT/tests_blaslt.xml" \
     >"$OUT/tests_blaslt.log" 2>&1
   rc=$?
-  passed=$(grep -cE "^\[       OK \]" "$OUT/tests_blaslt.log" || true)
-  failed=$(grep -cE "^\[  FAILED  \] .*\(" "$OUT/tests_blaslt.log" || true)
-  skipped=$(grep -cE "^\[  SKIPPED \]" "$OUT/tests_blaslt.log" || true)
+  # gtest's closing lines: "[  PASSED  ] N tests.", "[  SKIPPED ] N tests, listed below:", "[  FAILED  ] N tests, ..."
+  count() { grep -oE "^\[  $1 +\] [0-9]+ tests?" "$OUT/tests_blaslt.log" | tail -n 1 | grep -oE "[0-9]+" || echo 0; }
+  passed=$(count PASSED)
+  skipped=$(count SKIPPED)
+  failed=$(count FAILED)
   grep -E "epilogue GEMMs" "$OUT/tests_blaslt.log" | sort -u
   if [ $rc -eq 0 ]; then
     summary+=("tests            ok       $passed passed, $skipped skipped, 0 failed ($(( $(date +%s) - t0 )) s)")
@@ -144,9 +146,13 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
       done
     done
     bench_s=$(( $(date +%s) - bench_start ))
+    n_error=$(grep -l '"error"' "$CASES"/*.json 2>/dev/null | wc -l)
+    n_error=$((n_error - n_skipped))
     echo "== report"
     if python3 "$SRC/bench/bench_blaslt_report.py" "$CASES" "$OUT" | tee "$BUILD/report_summary.txt"; then
-      summary+=("bench            ok       $n_run cases in $bench_s s, $n_skipped skipped for time; blaslt_report.{md,json,png}")
+      bench_status=ok
+      if [ "$n_error" -gt 0 ]; then bench_status=ERRORS; status=1; fi
+      summary+=("bench            $bench_status$(printf '%*s' $((9 - ${#bench_status})) '')$n_run cases in $bench_s s ($n_error with errors, $n_skipped skipped for time); blaslt_report.{md,json,png}")
       while IFS= read -r line; do summary+=("  $line"); done <"$BUILD/report_summary.txt"
     else
       summary+=("bench            FAILED   report script (see above)")
