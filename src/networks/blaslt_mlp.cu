@@ -12,6 +12,7 @@
 #include "networks/activation.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -188,7 +189,8 @@ struct GemmSpec {
 static_assert(sizeof(GemmSpec) == 23 * sizeof(int64_t), "GemmSpec must have no padding (it is compared bytewise)");
 
 struct GemmPlan {
-    bool ok = false;  // the library offered an algorithm
+    // The library offered an algorithm (and, for an epilogue, accepted it when first enqueued).
+    std::atomic<bool> ok{false};
     gpu_blaslt_matmul_desc_t desc = nullptr;
     gpu_blaslt_matrix_layout_t a = nullptr, b = nullptr, d = nullptr;
     gpu_blaslt_algo_t algo{};
@@ -263,7 +265,7 @@ std::shared_ptr<GemmPlan> create_plan(gpu_blaslt_handle_t handle, const GemmSpec
     gpu_blaslt_status_t status = gpu_blaslt_success;
     try {
         set_pref(pref, gpu_blaslt_pref_max_workspace_bytes, kMaxWorkspaceBytes);
-        if (gpu_blaslt_has_selection_preferences) {
+        if constexpr (gpu_blaslt_has_selection_preferences) {
             // No split-K: its reductions either round partial sums to the output type or add them in
             // an order that we do not control; our own slabs split long reductions instead.
             set_pref(pref, gpu_blaslt_pref_reduction_scheme_mask, gpu_blaslt_reduction_scheme_none);
@@ -280,8 +282,8 @@ std::shared_ptr<GemmPlan> create_plan(gpu_blaslt_handle_t handle, const GemmSpec
     (void)gpu_blaslt_preference_destroy(pref);
     // "No algorithm" arrives as NOT_SUPPORTED or as zero results; either way the caller falls back
     // (or, for a GEMM without an epilogue, reports it).
-    p->ok = status == gpu_blaslt_success && returned > 0 && result.state == gpu_blaslt_success;
-    if (p->ok) {
+    p->ok.store(status == gpu_blaslt_success && returned > 0 && result.state == gpu_blaslt_success);
+    if (p->ok.load()) {
         p->algo = result.algo;
         p->workspace_bytes = result.workspaceSize;
     }
@@ -411,15 +413,27 @@ struct Call {
         return s;
     }
 
-    // Runs a planned GEMM: D = A B (+ beta D), with the bias / mask pointers of this call.
-    void run(GemmPlan& plan, const void* a, const void* b, float beta, void* d, const void* bias, const void* mask) {
+    // Enqueues a planned GEMM: D = A B (+ beta D), with the bias / mask pointers of this call.
+    gpu_blaslt_status_t enqueue(GemmPlan& plan, const void* a, const void* b, float beta, void* d, const void* bias,
+                                const void* mask) {
         void* ws = workspace.get(plan.workspace_bytes);
         const float alpha = 1.0f;
         std::lock_guard<std::mutex> lock(plan.mutex);
         if (bias) set_desc(plan.desc, gpu_blaslt_desc_bias_pointer, bias);
         if (mask) set_desc(plan.desc, gpu_blaslt_desc_aux_pointer, mask);
-        TNN_BLASLT_CHECK(gpu_blaslt_matmul(handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d, plan.d,
-                                           &plan.algo, ws, plan.workspace_bytes, native));
+        return gpu_blaslt_matmul(handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d, plan.d,
+                                 &plan.algo, ws, plan.workspace_bytes, native);
+    }
+    void run(GemmPlan& plan, const void* a, const void* b, float beta, void* d) {
+        TNN_BLASLT_CHECK(enqueue(plan, a, b, beta, d, nullptr, nullptr));
+    }
+    // An epilogue GEMM the library validates only when enqueued: if it refuses (before launching
+    // anything), the plan is marked unusable and the caller takes the unfused path, now and later.
+    bool try_run(GemmPlan& plan, const void* a, const void* b, void* d, const void* bias, const void* mask) {
+        if (!plan.ok.load()) return false;
+        if (enqueue(plan, a, b, 0.0f, d, bias, mask) == gpu_blaslt_success) return true;
+        plan.ok.store(false);
+        return false;
     }
 
     // A plan for a GEMM without epilogue: the library must offer one.
@@ -566,8 +580,7 @@ void forward_layers(Call& call, ConstView input, View output, const void* params
                                                    : (bias ? Epilogue::bias : Epilogue::none));
             f.align_bias = bias ? alignment_of(bias) : 0;
             auto plan = call.plans.get(call.handle, f, bias, mask);
-            if (plan->ok) {
-                call.run(*plan, W, a.ptr, 0.0f, dest.ptr, bias, mask);
+            if (call.try_run(*plan, W, a.ptr, dest.ptr, bias, mask)) {
                 count_gemm(false, wants_epilogue, false);
                 done = true;
             } else if (relu && saved) {
@@ -589,7 +602,7 @@ void forward_layers(Call& call, ConstView input, View output, const void* params
             u.ldd = ldz;
             u.align_d = alignment_of(z->data());
             auto plan = call.required(u);
-            call.run(*plan, W, a.ptr, 0.0f, z->data(), nullptr, nullptr);
+            call.run(*plan, W, a.ptr, 0.0f, z->data());
             launch_bias_act(call, z->ptr<float>(), ldz, bias, act, keep_z, M, N, dest);
         }
         a = Operand{dest.ptr, t, ldh};
@@ -637,7 +650,7 @@ void weight_gradient(Call& call, Operand a, Operand g, int64_t rows, int64_t K, 
     if (p.parts() == 1) {
         s.k = rows;
         s.align_d = alignment_of(dW);
-        call.run(*call.required(s), a.ptr, g.ptr, accumulate ? 1.0f : 0.0f, dW, nullptr, nullptr);
+        call.run(*call.required(s), a.ptr, g.ptr, accumulate ? 1.0f : 0.0f, dW);
         return;
     }
     float* partials = static_cast<float*>(call.weight_partials.get(sizeof(float) * p.parts() * K * N));
@@ -651,7 +664,7 @@ void weight_gradient(Call& call, Operand a, Operand g, int64_t rows, int64_t K, 
         f.stride_b = p.slab_rows * g.ld;
         f.stride_d = K * N;
         if (f.batch == 1) f.stride_a = f.stride_b = f.stride_d = 0;
-        call.run(*call.required(f), a.ptr, g.ptr, 0.0f, partials, nullptr, nullptr);
+        call.run(*call.required(f), a.ptr, g.ptr, 0.0f, partials);
     }
     if (p.tail > 0) {
         GemmSpec r = s;
@@ -663,7 +676,7 @@ void weight_gradient(Call& call, Operand a, Operand g, int64_t rows, int64_t K, 
         r.align_a = alignment_of(a_tail);
         r.align_b = alignment_of(g_tail);
         r.align_d = alignment_of(d_tail);
-        call.run(*call.required(r), a_tail, g_tail, 0.0f, d_tail, nullptr, nullptr);
+        call.run(*call.required(r), a_tail, g_tail, 0.0f, d_tail);
     }
     dispatch_storage(t, [&](auto x) {
         using T = decltype(x);
@@ -716,8 +729,7 @@ void data_gradient(Call& call, Operand g, const void* W, int64_t ld_w, int64_t r
             f.align_mask = alignment_of(mask);
         }
         auto plan = call.plans.get(call.handle, f, nullptr, drelu ? mask : nullptr);
-        if (plan->ok) {
-            call.run(*plan, W, g.ptr, 0.0f, dest.ptr, nullptr, drelu ? mask : nullptr);
+        if (call.try_run(*plan, W, g.ptr, dest.ptr, nullptr, drelu ? mask : nullptr)) {
             count_gemm(true, drelu, false);
             return;
         }
@@ -729,7 +741,7 @@ void data_gradient(Call& call, Operand g, const void* W, int64_t ld_w, int64_t r
     u.type_d = call.type(DType::f32);
     u.ldd = ldz;
     u.align_d = alignment_of(z.data());
-    call.run(*call.required(u), W, g.ptr, 0.0f, z.data(), nullptr, nullptr);
+    call.run(*call.required(u), W, g.ptr, 0.0f, z.data());
     launch_act_grad(call, Operand{z.data(), DType::f32, ldz}, saved, act, rows, m, dest);
 }
 
