@@ -19,13 +19,19 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 # A BUILD that is already configured (scripts/device_run.sh passes its own, from its own export of
 # HEAD) is used with the checkout this script runs from.
 [ -n "${BUILD:-}" ] && [ -f "$BUILD/CMakeCache.txt" ] && FROM_HEAD=0
-if [ "${FROM_HEAD:-1}" = 1 ] && git rev-parse HEAD >/dev/null 2>&1; then
+# Without .git (the device copy), the export the lead carries in .export (see scripts/device_run.sh).
+if [ "${FROM_HEAD:-1}" = 1 ] && { [ -d .export ] || git rev-parse HEAD >/dev/null 2>&1; }; then
   export_dir=/tmp/tnn-mlp-bench-src
   rm -rf "$export_dir" && mkdir -p "$export_dir"
-  git archive HEAD | tar -x -C "$export_dir"
+  if [ -d .export ]; then
+    cp -a .export/. "$export_dir/"
+    echo "run_mlp_bench: carried export of HEAD $(cat .export/.head 2>/dev/null) in $export_dir"
+  else
+    git archive HEAD | tar -x -C "$export_dir"
+    echo "run_mlp_bench: HEAD $(git rev-parse --short HEAD), exported to $export_dir"
+  fi
   [ -d .deps ] && cp -a .deps "$export_dir/"
   [ -d "$export_dir/.deps/stb" ] && export STB_INCLUDE_DIR="$export_dir/.deps/stb/usr/include/stb"
-  echo "run_mlp_bench: HEAD $(git rev-parse --short HEAD), exported to $export_dir"
   BUILD=${BUILD:-$PWD/build-mlp}
   mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
   OUT="$OUT" BUILD="$BUILD" FROM_HEAD=0 exec bash "$export_dir/bench/run_mlp_bench.sh"
