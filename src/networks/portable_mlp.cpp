@@ -118,7 +118,7 @@ void MlpReference<T>::backward(const Ctx& ctx, ConstView dL_doutput, View* dL_di
     std::vector<A> grad(dL_dparams ? n_params : 0, A(0));
 
     auto process_group = [&](int64_t g0, int64_t g1, A* dparams) {
-        std::vector<A> dz, dprev;
+        std::vector<A> dz, dprev, a_rows;
         for (int64_t r0 = g0; r0 < g1; r0 += B) {
             const int64_t blk = r0 / B, nr = std::min(B, rows - r0);
             const uint32_t n_top = m_l.padded_output_dims;
@@ -132,14 +132,20 @@ void MlpReference<T>::backward(const Ctx& ctx, ConstView dL_doutput, View* dL_di
                 const uint32_t n_in = m_l.layer_in(l), n_out = m_l.layer_out(l);
                 const A* a_prev = l == 0 ? &ctx.input[blk * n_in * B] : &ctx.post[l - 1][blk * n_in * B];
                 if (dparams) {
+                    // dW[o][i] += dz[o][r] * a[i][r], rows in order. The block's activations are
+                    // transposed to [row][feature] first so that the innermost loop runs over
+                    // independent i (vectorisable without reassociating any sum).
+                    a_rows.resize(static_cast<size_t>(nr) * n_in);
+                    for (uint32_t i = 0; i < n_in; ++i)
+                        for (int64_t r = 0; r < nr; ++r) a_rows[r * n_in + i] = a_prev[i * B + r];
                     A* dW = dparams + m_l.weight_offset(l);
                     for (uint32_t o = 0; o < n_out; ++o) {
                         const A* dzo = &dz[o * B];
-                        for (uint32_t i = 0; i < n_in; ++i) {
-                            const A* ai = &a_prev[i * B];
-                            A s = A(0);
-                            for (int64_t r = 0; r < nr; ++r) s += dzo[r] * ai[r];
-                            dW[static_cast<size_t>(o) * n_in + i] += s;
+                        A* dWo = dW + static_cast<size_t>(o) * n_in;
+                        for (int64_t r = 0; r < nr; ++r) {
+                            const A g = dzo[r];
+                            const A* ar = &a_rows[r * n_in];
+                            for (uint32_t i = 0; i < n_in; ++i) dWo[i] += g * ar[i];
                         }
                         if (m_l.bias) {
                             A s = A(0);
