@@ -199,14 +199,16 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
 
     for (const ffm::PlanOverride& ov : overrides) {
         ffm::set_plan_override(ov);
-        json variant = {{"forward_warps", ov.forward_warps}, {"backward_warps", ov.backward_warps}};
+        json variant = {{"forward_warps", ov.forward_warps}, {"backward_warps", ov.backward_warps},
+                        {"generic", ov.generic_kernels}};
         auto record = [&](const char* pass, const std::vector<double>& ms, const std::string& what) {
             results.push_back({{"label", label},       {"pass", pass},         {"n_in", sh.n_in},
                                {"width", sh.width},    {"n_out", sh.n_out},    {"hidden", sh.hidden},
                                {"batch", batch},       {"ms", median(ms)},     {"ms_rounds", ms},
                                {"variant", variant},   {"what", what}});
-            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d  %9.4f ms  (%s)\n", label.c_str(), pass,
-                        static_cast<long long>(batch), ov.forward_warps, ov.backward_warps, median(ms), what.c_str());
+            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s  %9.4f ms  (%s)\n", label.c_str(), pass,
+                        static_cast<long long>(batch), ov.forward_warps, ov.backward_warps,
+                        ov.generic_kernels ? " generic" : "", median(ms), what.c_str());
             std::fflush(stdout);
         };
         try {
@@ -264,17 +266,23 @@ int main(int argc, char** argv) {
     // Small-batch latency (GPU-busy time per call, back-to-back in a graph).
     for (int64_t b : {int64_t(1), int64_t(128), int64_t(1024)})
         bench_shape({64, 64, 64, 2}, b, msg("latency 64->64->64"), o, s, results, automatic);
-    // Variants: warps per block (the planner's choice is the "auto" row above).
+    // Variants (the planner's choice is the "auto" row above): warps per block, and the kernels that
+    // switch the activation at run time instead of the ones compiled for ReLU / None.
     if (!o.quick) {
         std::vector<ffm::PlanOverride> warps;
-        for (int fw : {2, 4, 8}) {
+        for (int fw : {4, 8}) {
             ffm::PlanOverride v;
             v.forward_warps = fw;
             v.backward_warps = fw;
             warps.push_back(v);
         }
-        for (const Shape& sh : {Shape{32, 64, 16, 2}, Shape{64, 64, 64, 2}, Shape{32, 128, 16, 2}})
-            bench_shape(sh, big, msg("warps ", sh.n_in, "->", sh.width, "->", sh.n_out), o, s, results, warps);
+        ffm::PlanOverride generic;
+        generic.generic_kernels = true;
+        for (const Shape& sh : {Shape{32, 64, 16, 2}, Shape{64, 64, 64, 2}, Shape{32, 128, 16, 2}}) {
+            std::vector<ffm::PlanOverride> variants = warps;
+            if (sh.width == 64) variants.push_back(generic);
+            bench_shape(sh, big, msg("variant ", sh.n_in, "->", sh.width, "->", sh.n_out), o, s, results, variants);
+        }
     }
 
     json doc = {{"device", gpu_device_description(0)}, {"version", version()}, {"batch_log2", o.batch_log2},

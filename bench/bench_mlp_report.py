@@ -67,7 +67,8 @@ def main(out_dir):
         if "ms" not in r:
             rows.append({"label": r.get("label"), "error": r.get("error")})
             continue
-        auto = r["variant"]["forward_warps"] == 0 and r["variant"]["backward_warps"] == 0
+        auto = (r["variant"]["forward_warps"] == 0 and r["variant"]["backward_warps"] == 0
+                and not r["variant"].get("generic", False))
         io, flops = floors(r)
         floor_ms = max(io / COPY_BW, flops / FP16_PEAK) * 1e3
         row = {"label": r["label"], "pass": r["pass"], "batch": r["batch"], "what": r["what"], "ms": r["ms"],
@@ -128,15 +129,17 @@ def main(out_dir):
                      f"{fmt(r.get('tcnn_ms'), 3)} | {sp} | {tgt} |")
     train_what = sorted({r["what"] for r in rows if r.get("pass") == "train"})
     lines += ["", f"train = {', '.join(train_what) or 'n/a'} (tcnn's and torch's train include an L2/MSE loss and Adam).",
-              "", "## Variants (warps per block, forward / backward)", "",
-              "| case | pass | fwd warps | bwd warps | ms | of floor |", "|---|---|---|---|---|---|"]
+              "", "## Variants (warps per block, forward / backward; kernels)", "",
+              "| case | pass | fwd warps | bwd warps | kernels | ms | of floor |", "|---|---|---|---|---|---|---|"]
     for v in variants:
-        lines.append(f"| {v['label']} | {v['pass']} | {v['variant']['forward_warps']} | {v['variant']['backward_warps']} "
-                     f"| {fmt(v['ms'])} | {v['fraction_of_floor']:.0%} |")
+        kernels = "generic (run-time activation switch)" if v["variant"].get("generic") else "auto"
+        lines.append(f"| {v['label']} | {v['pass']} | {v['variant']['forward_warps'] or 'auto'} | "
+                     f"{v['variant']['backward_warps'] or 'auto'} | {kernels} | {fmt(v['ms'])} | "
+                     f"{v['fraction_of_floor']:.0%} |")
     md = "\n".join(lines) + "\n"
     with open(os.path.join(out_dir, "bench_mlp_report.md"), "w") as f:
         f.write(md)
-    print("\n".join(lines[:lines.index("## Variants (warps per block, forward / backward)")]))  # the main table last
+    print("\n".join(lines[:lines.index("## Variants (warps per block, forward / backward; kernels)")]))  # the main table last
     return 0
 
 

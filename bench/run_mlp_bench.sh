@@ -9,7 +9,9 @@
 # Environment: OUT (default out/mlp_bench), BUILD (default build-mlp; reused incrementally), FROM_HEAD
 # (default 1: build a clean export of HEAD unless BUILD is already configured),
 # JOBS (default: all cores), CUDA_ARCH (default 90), BUDGET_S (default 390: total wall time the
-# script plans for), SKIP_TESTS=1, SKIP_TORCH=1, QUICK=1 (no warps sweep).
+# script plans for), SKIP_TESTS=1, SKIP_TORCH=1, QUICK=1 (no variant sweep), TORCH_FROM=FILE (reuse a
+# bench_mlp_torch.json measured earlier on the same device instead of running PyTorch, e.g.
+# bench/results/2026-11-29-h200/bench_mlp_torch.json, when the device time is short).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-$PWD/out/mlp_bench}
@@ -124,7 +126,10 @@ else
   summary+=("bench build      FAILED   see build.log")
 fi
 
-if [ "${SKIP_TORCH:-0}" != 1 ]; then
+if [ -n "${TORCH_FROM:-}" ] && [ -s "$TORCH_FROM" ]; then
+  cp "$TORCH_FROM" "$OUT/bench_mlp_torch.json"
+  summary+=("torch baseline   reused   $TORCH_FROM")
+elif [ "${SKIP_TORCH:-0}" != 1 ]; then
   left=$(( BUDGET_S - $(elapsed) ))
   compile_budget=$(( left - 90 ))
   [ $compile_budget -lt 0 ] && compile_budget=0

@@ -72,17 +72,17 @@ struct KernelKey {
     int device;
     DType dtype;
     uint32_t width;
-    bool backward;
+    bool backward, relu;
     bool operator<(const KernelKey& o) const {
-        return std::tie(device, dtype, width, backward) < std::tie(o.device, o.dtype, o.width, o.backward);
+        return std::tie(device, dtype, width, backward, relu) < std::tie(o.device, o.dtype, o.width, o.backward, o.relu);
     }
 };
 
-DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backward) {
+DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backward, bool relu) {
     static std::mutex mutex;
     static std::map<KernelKey, DeviceLimits> cache;
     std::lock_guard<std::mutex> lock(mutex);
-    const KernelKey key{device, dtype, width, backward};
+    const KernelKey key{device, dtype, width, backward, relu};
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
 
@@ -95,21 +95,22 @@ DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backwar
     d.smem_per_sm = d.smem_per_block + 1024;  // sm_80/sm_90: the per-SM pool is the block maximum + 1 KB
     dispatch(dtype, width, [&](auto k) {
         using K = decltype(k);
-        const KernelInfo info = backward ? K::backward_info(static_cast<int>(d.smem_per_block))
-                                         : K::forward_info(static_cast<int>(d.smem_per_block));
+        const KernelInfo info = backward ? K::backward_info(static_cast<int>(d.smem_per_block), relu)
+                                         : K::forward_info(static_cast<int>(d.smem_per_block), relu);
         d.regs_per_thread = info.regs_per_thread;
     });
     cache.emplace(key, d);
     return d;
 }
 
-KernelArgs common_args(const MlpLayout& layout, ConstView input, const void* params) {
+KernelArgs common_args(const MlpLayout& layout, ConstView input, const void* params, const PlanOverride& o) {
     KernelArgs a;
     a.shape = shape_of(layout);
     a.rows = input.rows;
     a.pad_value = layout.input_pad_value;
     a.act = layout.activation;
     a.out_act = layout.output_activation;
+    a.relu = a.act == Activation::ReLU && a.out_act == Activation::None && !o.generic_kernels;
     a.params = params;
     a.params_aligned = reinterpret_cast<uintptr_t>(params) % 16 == 0;
     a.in = input.data;
@@ -131,14 +132,15 @@ void gpu_forward(const MlpLayout& layout, DType dtype, const Stream& stream, Con
                  const void* params) {
     const int device = stream.device().index;
     gpu::DeviceGuard guard(device);
-    const DeviceLimits limits = device_limits(device, dtype, layout.width, false);
-    KernelArgs a = common_args(layout, input, params);
+    const PlanOverride o = plan_override();
+    KernelArgs a = common_args(layout, input, params, o);
+    const DeviceLimits limits = device_limits(device, dtype, layout.width, false, a.relu);
     a.out = output.data;
     a.out_stride = output.stride;
     a.out_f32 = output.dtype == DType::f32;
     const int out_bytes = a.out_f32 ? 4 : 2;
     a.out_vec = copy_vector_bytes(output.data, output.stride * out_bytes, int64_t(layout.n_output_dims) * out_bytes);
-    a.fwd = plan_forward(a.shape, a.in_f32 ? 4 : 2, out_bytes, limits, plan_override());
+    a.fwd = plan_forward(a.shape, a.in_f32 ? 4 : 2, out_bytes, limits, o);
     const int grid = grid_size(a.rows, int64_t(a.fwd.n_warps) * a.fwd.rows_per_warp,
                                gpu::device_properties(device).sm_count, a.fwd.blocks_per_sm);
     dispatch(dtype, layout.width, [&](auto k) { decltype(k)::forward(a, grid, stream.native()); });
@@ -149,8 +151,9 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     if (!dL_dinput && !dL_dparams) return;
     const int device = stream.device().index;
     gpu::DeviceGuard guard(device);
-    const DeviceLimits limits = device_limits(device, dtype, layout.width, true);
-    KernelArgs a = common_args(layout, input, params);
+    const PlanOverride o = plan_override();
+    KernelArgs a = common_args(layout, input, params, o);
+    const DeviceLimits limits = device_limits(device, dtype, layout.width, true, a.relu);
     a.dy = dL_doutput.data;
     a.dy_stride = dL_doutput.stride;
     a.out_f32 = dL_doutput.dtype == DType::f32;
@@ -160,8 +163,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         a.dx = dL_dinput->data;
         a.dx_stride = dL_dinput->stride;
     }
-    a.bwd = plan_backward(a.shape, a.in_f32 ? 4 : 2, dy_bytes, layout.activation, dL_dparams != nullptr, limits,
-                          plan_override());
+    a.bwd = plan_backward(a.shape, a.in_f32 ? 4 : 2, dy_bytes, layout.activation, dL_dparams != nullptr, limits, o);
     const int64_t n_params = a.shape.n_params();
     int grid = grid_size(a.rows, int64_t(a.bwd.n_warps) * a.bwd.rows_per_warp, gpu::device_properties(device).sm_count,
                          a.bwd.blocks_per_sm);
@@ -171,8 +173,15 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     if (!a.bwd.stash_in_smem)
         grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(grid, kScratchCap / a.bwd.stash_bytes_per_block)));
 
+    // One block (small batches): the kernel writes dL/dparams itself; no partials (unless its
+    // accumulators live in global memory) and no reduction launch.
+    const bool direct = dL_dparams && grid == 1;
+    if (direct) {
+        a.grads = dL_dparams;
+        a.accumulate = mode == GradMode::accumulate;
+    }
     Buffer partials, stash;
-    if (dL_dparams) {
+    if (dL_dparams && (!direct || !a.bwd.dw_in_smem)) {
         partials = Buffer::temporary(stream, static_cast<size_t>(grid) * n_params * sizeof(float));
         a.dw_partials = partials.ptr<float>();
     }
@@ -181,7 +190,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         a.stash = stash.data();
     }
     dispatch(dtype, layout.width, [&](auto k) { decltype(k)::backward(a, grid, stream.native()); });
-    if (dL_dparams) {
+    if (dL_dparams && !direct) {
         const auto s = gpu::native_stream(stream);
         const unsigned blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(n_params, 32));
         const bool accumulate = mode == GradMode::accumulate;

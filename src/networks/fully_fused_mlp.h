@@ -79,6 +79,25 @@ struct Shape {
 
 Shape shape_of(const MlpLayout& layout);
 
+// Elements lane, lane + 32, lane + 64, ... of a [rows][cols] grid as (row r, column c), stepped
+// without a division per element: cols is a run-time value, and a 32-bit division is ~20
+// instructions on the critical path of the kernels' copy loops; the walk divides twice in all.
+// (32: the NVIDIA warp the mma.sync kernels are written for.)
+struct GridWalk {
+    int r, c, dr, dc, cols;
+    TNN_HD GridWalk(int lane, int cols_) : cols(cols_) {
+        r = lane / cols;
+        c = lane - r * cols;
+        dr = 32 / cols;
+        dc = 32 - dr * cols;
+    }
+    TNN_HD void next() {
+        c += dc;
+        r += dr;
+        if (c >= cols) c -= cols, ++r;
+    }
+};
+
 // Activations whose derivative the backward pass can read off the stored activation value
 // (a > 0 <=> z > 0); the others store f'(z) rounded to the network dtype next to it.
 constexpr bool derivative_from_output(Activation a) {
@@ -121,6 +140,7 @@ struct DeviceLimits {
 struct PlanOverride {
     int forward_warps = 0, backward_warps = 0;
     bool stream_weights = false, stash_in_global = false, dw_in_global = false;
+    bool generic_kernels = false;  // ReLU / None networks too take the kernels that switch at run time
 };
 void set_plan_override(const PlanOverride& o);
 PlanOverride plan_override();
@@ -137,6 +157,7 @@ struct KernelArgs {
     int64_t rows = 0;
     float pad_value = 1.0f;
     Activation act = Activation::ReLU, out_act = Activation::None;
+    bool relu = false;             // act == ReLU, out_act == None: the kernels compiled for that pair
     const void* params = nullptr;  // network dtype, MlpLayout order
     bool params_aligned = true;    // 16-byte aligned (cp.async 16); else 2-byte copies
     const void* in = nullptr;      // [rows, n_in], fp32 or the network dtype
@@ -152,7 +173,9 @@ struct KernelArgs {
     int dy_vec = 16;
     void* dx = nullptr;            // dL/dinput (optional), dtype of the input
     int64_t dx_stride = 0;
-    float* dw_partials = nullptr;  // [gridDim.x][n_params] fp32, parameter layout
+    float* dw_partials = nullptr;  // [gridDim.x][n_params] fp32, fragment order (Shape::fragment_index)
+    void* grads = nullptr;         // gridDim.x == 1: dL/dparams (network dtype) written by the kernel itself
+    bool accumulate = false;       // ... added to (GradMode::accumulate) instead of overwritten
     void* stash = nullptr;         // [gridDim.x][stash_bytes_per_block] when the stash is global
     ForwardPlan fwd;
     BackwardPlan bwd;
@@ -179,8 +202,9 @@ struct KernelInfo {
     int local_bytes = 0;  // spills and local arrays; 0 is expected
 };
 template <typename H, int W> struct Kernels {
-    static KernelInfo forward_info(int max_smem);
-    static KernelInfo backward_info(int max_smem);
+    // relu: the flavour compiled for ReLU hidden layers and a linear output (KernelArgs::relu).
+    static KernelInfo forward_info(int max_smem, bool relu);
+    static KernelInfo backward_info(int max_smem, bool relu);
     static void forward(const KernelArgs& args, int grid, void* stream);
     static void backward(const KernelArgs& args, int grid, void* stream);
 };

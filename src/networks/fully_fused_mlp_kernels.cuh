@@ -14,7 +14,11 @@
 // the layers down: dz of the block's rows goes to shared memory, one __syncthreads, every warp adds
 // dz^T a over the tile for its share of dW (ldmatrix.trans on both operands) into fp32 accumulators
 // private to the block, and chains dz through W^T (ldmatrix.trans) in registers. Each block writes
-// its accumulators once; fully_fused_mlp_reduce_kernel sums the blocks in a fixed order.
+// its accumulators once; fully_fused_mlp_reduce_kernel sums the blocks in a fixed order (a single
+// block writes dL/dparams itself).
+//
+// Each kernel comes in two flavours (template RELU, see with_hidden_activation): compiled for ReLU
+// hidden layers with a linear output, or switching the activation at run time.
 #pragma once
 
 #include "gpu/gpu.h"
@@ -172,6 +176,19 @@ template <typename F> __device__ __forceinline__ void with_activation(Activation
     }
 }
 
+// The kernels come in two flavours: RELU = true is compiled for ReLU hidden layers and a linear
+// output (the common configuration, tcnn's default) and has no switch at all, so the unrolled chunk
+// loops are straight-line code whose MMA chains ptxas can interleave; RELU = false switches at run
+// time per 16-column chunk (any activation pair, one copy of the MMA loops).
+template <bool RELU, typename F> __device__ __forceinline__ void with_hidden_activation(Activation a, F&& f) {
+    if constexpr (RELU) f(std::integral_constant<Activation, Activation::ReLU>{});
+    else with_activation(a, f);
+}
+template <bool RELU, typename F> __device__ __forceinline__ void with_output_activation(Activation a, F&& f) {
+    if constexpr (RELU) f(std::integral_constant<Activation, Activation::None>{});
+    else with_activation(a, f);
+}
+
 // ============================================================================================
 // Row movement between global memory and per-warp shared-memory tiles.
 // ============================================================================================
@@ -182,12 +199,13 @@ template <int V>
 __device__ __forceinline__ void rows_to_smem_v(char* dst, int dst_stride, const char* src, int64_t src_stride,
                                                const char* any_valid_src, int row_bytes, int n_rows, int n_valid,
                                                int lane) {
-    const int cpr = row_bytes / V, n = n_rows * cpr;
-    for (int i = lane; i < n; i += 32) {
-        const int r = i / cpr, c = i - r * cpr;
-        const bool valid = r < n_valid;
-        const char* s = valid ? src + r * src_stride + c * V : any_valid_src;
-        char* d = dst + r * dst_stride + c * V;
+    const int cpr = row_bytes / V;  // V is a power of two: a shift
+    if (cpr == 0) return;
+#pragma unroll 2
+    for (GridWalk g(lane, cpr); g.r < n_rows; g.next()) {
+        const bool valid = g.r < n_valid;
+        const char* s = valid ? src + g.r * src_stride + g.c * V : any_valid_src;
+        char* d = dst + g.r * dst_stride + g.c * V;
         if constexpr (V >= 4)
             cp_async<V>(smem_addr(d), s, valid);
         else
@@ -209,11 +227,12 @@ template <int V>
 __device__ __forceinline__ void rows_to_global_v(char* dst, int64_t dst_stride, const char* src, int src_stride,
                                                  int row_bytes, int n_rows, int lane) {
     using Vec = std::conditional_t<V == 16, uint4, std::conditional_t<V == 8, uint2, std::conditional_t<V == 4, uint32_t, uint16_t>>>;
-    const int cpr = row_bytes / V, n = n_rows * cpr;
-    for (int i = lane; i < n; i += 32) {
-        const int r = i / cpr, c = i - r * cpr;
-        *reinterpret_cast<Vec*>(dst + r * dst_stride + c * V) = *reinterpret_cast<const Vec*>(src + r * src_stride + c * V);
-    }
+    const int cpr = row_bytes / V;
+    if (cpr == 0) return;
+#pragma unroll 2
+    for (GridWalk g(lane, cpr); g.r < n_rows; g.next())
+        *reinterpret_cast<Vec*>(dst + g.r * dst_stride + g.c * V) =
+            *reinterpret_cast<const Vec*>(src + g.r * src_stride + g.c * V);
 }
 __device__ __forceinline__ void rows_to_global(int vec, char* dst, int64_t dst_stride, const char* src, int src_stride,
                                                int row_bytes, int n_rows, int lane) {
@@ -226,58 +245,51 @@ __device__ __forceinline__ void rows_to_global(int vec, char* dst, int64_t dst_s
 }
 
 // Converts n_rows raw input rows (fp32 or T, as staged) into the 16-bit tile [row][x_stride]:
-// columns < n_in from the input, columns n_in..pin-1 = pad_value (tcnn's padding lanes).
+// columns < n_in from the input, columns n_in..pin-1 = pad_value (tcnn's padding lanes). E
+// elements per step (4 fp32 -> 8 bytes, 8 T -> 16 bytes, 2, or 1); unrolled so that the shared
+// memory loads of several steps are in flight together.
+template <typename T, bool F32, int E>
+__device__ __forceinline__ void raw_to_tile_e(const char* raw, int raw_stride, T* x, int x_stride, int n_rows, int n_in,
+                                              int lane) {
+    const int q = n_in / E;  // E is a power of two: a shift
+#pragma unroll 4
+    for (GridWalk g(lane, q); g.r < n_rows; g.next()) {
+        const char* src = raw + g.r * raw_stride;
+        T* d = x + g.r * x_stride + g.c * E;
+        const int c = g.c * E;
+        if constexpr (F32) {
+            if constexpr (E == 4) {
+                const float4 v = *reinterpret_cast<const float4*>(src + c * 4);
+                *reinterpret_cast<uint2*>(d) = make_uint2(pack2<T>(v.x, v.y), pack2<T>(v.z, v.w));
+            } else if constexpr (E == 2) {
+                const float2 v = *reinterpret_cast<const float2*>(src + c * 4);
+                *reinterpret_cast<uint32_t*>(d) = pack2<T>(v.x, v.y);
+            } else {
+                *d = gpu::from_acc<T>(reinterpret_cast<const float*>(src)[c]);
+            }
+        } else {
+            if constexpr (E == 8) *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(src + c * 2);
+            else if constexpr (E == 2) *reinterpret_cast<uint32_t*>(d) = *reinterpret_cast<const uint32_t*>(src + c * 2);
+            else *d = reinterpret_cast<const T*>(src)[c];
+        }
+    }
+}
 template <typename T>
 __device__ __forceinline__ void raw_to_tile(const char* raw, int raw_stride, T* x, int x_stride, int n_rows, int n_in,
                                             int pin, bool in_f32, float pad_value, int lane) {
     if (in_f32) {
-        if ((n_in & 3) == 0) {
-            const int q = n_in >> 2;
-            for (int i = lane; i < n_rows * q; i += 32) {
-                const int r = i / q, c = (i - r * q) * 4;
-                const float4 v = *reinterpret_cast<const float4*>(raw + r * raw_stride + c * 4);
-                *reinterpret_cast<uint2*>(x + r * x_stride + c) = make_uint2(pack2<T>(v.x, v.y), pack2<T>(v.z, v.w));
-            }
-        } else if ((n_in & 1) == 0) {
-            const int q = n_in >> 1;
-            for (int i = lane; i < n_rows * q; i += 32) {
-                const int r = i / q, c = (i - r * q) * 2;
-                const float2 v = *reinterpret_cast<const float2*>(raw + r * raw_stride + c * 4);
-                *reinterpret_cast<uint32_t*>(x + r * x_stride + c) = pack2<T>(v.x, v.y);
-            }
-        } else {
-            for (int i = lane; i < n_rows * n_in; i += 32) {
-                const int r = i / n_in, c = i - r * n_in;
-                x[r * x_stride + c] = gpu::from_acc<T>(reinterpret_cast<const float*>(raw + r * raw_stride)[c]);
-            }
-        }
+        if ((n_in & 3) == 0) raw_to_tile_e<T, true, 4>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else if ((n_in & 1) == 0) raw_to_tile_e<T, true, 2>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else raw_to_tile_e<T, true, 1>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
     } else {
-        if ((n_in & 7) == 0) {
-            const int q = n_in >> 3;
-            for (int i = lane; i < n_rows * q; i += 32) {
-                const int r = i / q, c = (i - r * q) * 8;
-                *reinterpret_cast<uint4*>(x + r * x_stride + c) = *reinterpret_cast<const uint4*>(raw + r * raw_stride + c * 2);
-            }
-        } else if ((n_in & 1) == 0) {
-            const int q = n_in >> 1;
-            for (int i = lane; i < n_rows * q; i += 32) {
-                const int r = i / q, c = (i - r * q) * 2;
-                *reinterpret_cast<uint32_t*>(x + r * x_stride + c) = *reinterpret_cast<const uint32_t*>(raw + r * raw_stride + c * 2);
-            }
-        } else {
-            for (int i = lane; i < n_rows * n_in; i += 32) {
-                const int r = i / n_in, c = i - r * n_in;
-                x[r * x_stride + c] = reinterpret_cast<const T*>(raw + r * raw_stride)[c];
-            }
-        }
+        if ((n_in & 7) == 0) raw_to_tile_e<T, false, 8>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else if ((n_in & 1) == 0) raw_to_tile_e<T, false, 2>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else raw_to_tile_e<T, false, 1>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
     }
     const int n_pad = pin - n_in;
     if (n_pad > 0) {
         const T pad = gpu::from_acc<T>(pad_value);
-        for (int i = lane; i < n_rows * n_pad; i += 32) {
-            const int r = i / n_pad, c = n_in + (i - r * n_pad);
-            x[r * x_stride + c] = pad;
-        }
+        for (GridWalk g(lane, n_pad); g.r < n_rows; g.next()) x[g.r * x_stride + n_in + g.c] = pad;
     }
 }
 
@@ -354,8 +366,34 @@ __device__ __forceinline__ void mma_chunk_regs(float (&acc)[MT][2][4], const uin
     }
 }
 
-// The same with A read from a row-major 16-bit tile in shared memory (a_addr: this lane's address
-// for m-tile 0, k-step 0 in the kRowsFirst pattern; a_mstep bytes per 16 rows).
+// acc[c] += A * B_c for all NC 16-column chunks at once, A read from a row-major 16-bit tile in
+// shared memory (a_addr: this lane's kRowsFirst address for m-tile 0, k-step 0; a_mstep bytes per
+// 16 rows) over a run-time number of k-steps, k outermost: each A fragment is read once and feeds
+// NC x MT x 2 MMAs on independent accumulators (a k-loop per chunk would serialise the chunks
+// behind its branches). b_addr + c * b_cstep + k * b_kstep: this lane's B address of chunk c, k-step k.
+template <typename T, int MT, int NC, bool BTRANS>
+__device__ __forceinline__ void mma_chunks_smem_a(float (&acc)[NC][MT][2][4], uint32_t a_addr, int a_mstep, int nk,
+                                                  uint32_t b_addr, int b_cstep, int b_kstep) {
+    for (int k = 0; k < nk; ++k) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) ldmatrix_x4<false>(a[m], a_addr + m * a_mstep + k * 32);
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            uint32_t b[4];
+            ldmatrix_x4<BTRANS>(b, b_addr + c * b_cstep + k * b_kstep);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                mma_16816<T>(acc[c][m][0], a[m], b[0], b[1]);
+                mma_16816<T>(acc[c][m][1], a[m], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// acc += A * B for one 16-column chunk, A read from a row-major 16-bit tile in shared memory (as
+// above), k-loop inside: the generic kernels' form, whose chunks are separated by the activation
+// switch anyway and which keeps only one chunk's accumulators live.
 template <typename T, int MT, bool BTRANS>
 __device__ __forceinline__ void mma_chunk_smem(float (&acc)[MT][2][4], uint32_t a_addr, int a_mstep, int nk,
                                                uint32_t b_addr, int b_kstep) {
@@ -385,17 +423,35 @@ __device__ __forceinline__ LayerSlot layer_slot(const char* slot, int in, int ou
             bias ? reinterpret_cast<const float*>(slot + int64_t(out) * ws) : nullptr};
 }
 
-// Pre-activations of output columns [16c, 16c + 16) of a hidden layer: bias + A W^T, with A the
-// 16-bit input tile in shared memory (layer 0, K = 16 * nk0) or the previous layer's activations in
-// registers (K = 16 * NC). One code path for both so that the epilogue after it exists once.
+// Pre-activations of all columns of layer 0 (bias + X W^T, X the 16-bit input tile in shared
+// memory, K = 16 * nk) as NC chunks of accumulators.
 template <typename T, int MT, int NC>
-__device__ __forceinline__ void hidden_chunk(float (&acc)[MT][2][4], bool first, int c, const uint32_t (&h)[MT][NC][4],
-                                             uint32_t x_addr, int x_mstep, int nk0, const LayerSlot& w, int lane) {
+__device__ __forceinline__ void first_layer(float (&acc)[NC][MT][2][4], uint32_t x_addr, int x_mstep, int nk,
+                                            const LayerSlot& w, int lane) {
+#pragma unroll
+    for (int c = 0; c < NC; ++c) init_acc(acc[c], w.bias ? w.bias + 16 * c : nullptr, lane);
+    mma_chunks_smem_a<T, MT, NC, false>(acc, x_addr, x_mstep, nk, w.b_base, 16 * w.ws, 32);
+}
+
+// Layer 0 of the ReLU kernels runs all chunks at once up to width 64; at width 128 the 64 more live
+// accumulators would push the forward kernel past 128 registers, so it goes chunk by chunk.
+template <bool RELU, int W> constexpr bool kLayer0AllChunks = RELU && W <= 64;
+
+// The same for output columns [16c, 16c + 16) only.
+template <typename T, int MT>
+__device__ __forceinline__ void first_layer_chunk(float (&acc)[MT][2][4], int c, uint32_t x_addr, int x_mstep, int nk,
+                                                  const LayerSlot& w, int lane) {
     init_acc(acc, w.bias ? w.bias + 16 * c : nullptr, lane);
-    if (first)
-        mma_chunk_smem<T, MT, false>(acc, x_addr, x_mstep, nk0, w.b_base + c * 16 * w.ws, 32);
-    else
-        mma_chunk_regs<T, MT, NC, false>(acc, h, NC, w.b_base + c * 16 * w.ws, 32);
+    mma_chunk_smem<T, MT, false>(acc, x_addr, x_mstep, nk, w.b_base + c * 16 * w.ws, 32);
+}
+
+// Pre-activations of output columns [16c, 16c + 16) of a hidden layer l >= 1 (A: the previous
+// layer's activations in registers, K = 16 * NC).
+template <typename T, int MT, int NC>
+__device__ __forceinline__ void hidden_chunk(float (&acc)[MT][2][4], int c, const uint32_t (&h)[MT][NC][4],
+                                             const LayerSlot& w, int lane) {
+    init_acc(acc, w.bias ? w.bias + 16 * c : nullptr, lane);
+    mma_chunk_regs<T, MT, NC, false>(acc, h, NC, w.b_base + c * 16 * w.ws, 32);
 }
 
 // Pre-activations of output columns [16c, 16c + 16) of the output layer.
@@ -427,8 +483,12 @@ __device__ __forceinline__ void pack_chunk(const float (&acc)[MT][2][4], uint32_
 // Forward kernel (inference and forward-with-context; the context is empty: backward recomputes).
 // ============================================================================================
 
-template <typename T, int W>
-__global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_forward_kernel(const __grid_constant__ KernelArgs args) {
+// The ReLU flavour asks for two blocks of 8 warps per SM (<= 128 registers, which it meets without
+// spills at every width): the forward pass is latency bound, and 16 warps per SM beat 8 by ~1.8x on
+// the H200 at width 128 (2026-11-29 warps sweep).
+template <typename T, int W, bool RELU>
+__global__ void __launch_bounds__(kMaxWarps * 32, RELU ? 2 : 1)
+    fully_fused_mlp_forward_kernel(const __grid_constant__ KernelArgs args) {
     constexpr int MT = forward_m_tiles(W), RW = 16 * MT, NC = W / 16;
     extern __shared__ __align__(16) char smem[];
     const ForwardPlan& p = args.fwd;
@@ -477,18 +537,39 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_forward_ker
         cp_async_commit();
 
         if (valid > 0 || !p.weights_resident) {
-            // Hidden layers. The activation is switched per 16-column chunk inside the epilogue, so the
-            // MMA loops exist once and only the few elementwise instructions are specialised.
+            // Hidden layers. RELU: straight-line chunks; otherwise the activation is switched per
+            // 16-column chunk inside the epilogue, so the MMA loops exist once.
             const uint32_t x_addr = smem_addr(x) + x4_offset(lane, X4Pattern::kRowsFirst, p.x_stride * 2);
             uint32_t h[MT][NC][4];
-            for (int l = 0; l < L; ++l) {
-                const LayerSlot w = layer_slot(ensure_layer(l), s.layer_in(l), W, s.bias, lane);
+            {
+                const LayerSlot w = layer_slot(ensure_layer(0), s.pin, W, s.bias, lane);
+                if constexpr (kLayer0AllChunks<RELU, W>) {  // all chunks at once (k outermost), then the epilogues
+                    float acc[NC][MT][2][4];
+                    first_layer<T>(acc, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
+#pragma unroll
+                    for (int c = 0; c < NC; ++c)
+                        pack_chunk<T>(acc[c], h, c, lane, [](float z) { return act_fwd<Activation::ReLU>(z); },
+                                      [](int, int, int, uint32_t) {});
+                } else {
+#pragma unroll
+                    for (int c = 0; c < NC; ++c) {
+                        float acc[MT][2][4];
+                        first_layer_chunk<T>(acc, c, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
+                        with_activation(args.act, [&](auto A) {
+                            pack_chunk<T>(acc, h, c, lane, [](float z) { return act_fwd<decltype(A)::value>(z); },
+                                          [](int, int, int, uint32_t) {});
+                        });
+                    }
+                }
+            }
+            for (int l = 1; l < L; ++l) {
+                const LayerSlot w = layer_slot(ensure_layer(l), W, W, s.bias, lane);
                 uint32_t h2[MT][NC][4];
 #pragma unroll
                 for (int c = 0; c < NC; ++c) {
                     float acc[MT][2][4];
-                    hidden_chunk<T>(acc, l == 0, c, h, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
-                    with_activation(args.act, [&](auto A) {
+                    hidden_chunk<T>(acc, c, h, w, lane);
+                    with_hidden_activation<RELU>(args.act, [&](auto A) {
                         pack_chunk<T>(acc, h2, c, lane, [](float z) { return act_fwd<decltype(A)::value>(z); },
                                       [](int, int, int, uint32_t) {});
                     });
@@ -506,7 +587,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_forward_ker
             for (int c = 0; c < s.pout / 16; ++c) {
                 float acc[MT][2][4];
                 output_chunk<T>(acc, c, h, w, lane);
-                with_activation(args.out_act, [&](auto A) {
+                with_output_activation<RELU>(args.out_act, [&](auto A) {
 #pragma unroll
                     for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -611,6 +692,7 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
         const bool with_bias = db != nullptr && n0 == 0;
         float acc[MU][2 * NU][4] = {};
         float accb[MU][4] = {};
+#pragma unroll 2
         for (int k0 = 0; k0 < R; k0 += 16) {
             uint32_t a[MU][4];
 #pragma unroll
@@ -667,7 +749,7 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
         dw_units<T, 1, 1>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
 }
 
-template <typename T, int W>
+template <typename T, int W, bool RELU>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
     constexpr int MT = kBackwardMTiles, RW = 16 * MT, NC = W / 16;
     extern __shared__ __align__(16) char smem[];
@@ -678,7 +760,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
     const int gq = mma::group_of(lane), t = mma::thread_in_group(lane);
     const int64_t n_tiles = (args.rows + R - 1) / R;
     const int in_bytes = args.in_f32 ? 4 : 2, dy_bytes = args.out_f32 ? 4 : 2;
-    const bool want_dw = args.dw_partials != nullptr, want_dx = args.dx != nullptr;
+    const bool want_dw = args.dw_partials != nullptr || args.grads != nullptr, want_dx = args.dx != nullptr;
     char* wsm = smem + p.off_weights;
     char* raw = smem + p.off_raw + int64_t(warp) * RW * p.raw_stride;
     char* dyt = smem + p.off_dy + int64_t(warp) * RW * p.dy_stride;
@@ -751,16 +833,36 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
             d_tile = p.n_stashes > 1 ? stash_d(l) + int64_t(wrow) * p.act_stride : nullptr;
         };
         const uint32_t x_addr = smem_addr(X + wrow * p.x_stride) + x4_offset(lane, X4Pattern::kRowsFirst, p.x_stride * 2);
-        for (int l = 0; l < L; ++l) {
-            const LayerSlot w = layer_slot(ensure_layer(l), s.layer_in(l), W, s.bias, lane);
+        {
+            const LayerSlot w = layer_slot(ensure_layer(0), s.pin, W, s.bias, lane);
+            T *at, *dt;
+            stash_tiles(0, at, dt);
+            if constexpr (kLayer0AllChunks<RELU, W>) {  // all chunks at once (k outermost), then the epilogues
+                float acc[NC][MT][2][4];
+                first_layer<T>(acc, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
+#pragma unroll
+                for (int c = 0; c < NC; ++c) hidden_chunk_to_stash<T, Activation::ReLU>(acc[c], h, c, lane, at, dt, p.act_stride);
+            } else {
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    float acc[MT][2][4];
+                    first_layer_chunk<T>(acc, c, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
+                    with_activation(args.act, [&](auto A) {
+                        hidden_chunk_to_stash<T, decltype(A)::value>(acc, h, c, lane, at, dt, p.act_stride);
+                    });
+                }
+            }
+        }
+        for (int l = 1; l < L; ++l) {
+            const LayerSlot w = layer_slot(ensure_layer(l), W, W, s.bias, lane);
             T *at, *dt;
             stash_tiles(l, at, dt);
             uint32_t h2[MT][NC][4];
 #pragma unroll
             for (int c = 0; c < NC; ++c) {
                 float acc[MT][2][4];
-                hidden_chunk<T>(acc, l == 0, c, h, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
-                with_activation(args.act, [&](auto A) {
+                hidden_chunk<T>(acc, c, h, w, lane);
+                with_hidden_activation<RELU>(args.act, [&](auto A) {
                     hidden_chunk_to_stash<T, decltype(A)::value>(acc, h2, c, lane, at, dt, p.act_stride);
                 });
             }
@@ -778,7 +880,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
             for (int c = 0; c < s.pout / 16; ++c) {
                 float acc[MT][2][4];
                 output_chunk<T>(acc, c, h, w, lane);
-                with_activation(args.out_act, [&](auto A) {
+                with_output_activation<RELU>(args.out_act, [&](auto A) {
 #pragma unroll
                     for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -787,17 +889,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                             for (int hh = 0; hh < 2; ++hh) {
                                 const int row = 16 * m + gq + 8 * hh, col = 16 * c + 8 * j + 2 * t;
                                 const char* dr = dyt + row * p.dy_stride;
-                                float d[2];
-#pragma unroll
-                                for (int e = 0; e < 2; ++e) {
-                                    d[e] = 0.0f;
-                                    if (row < valid && col + e < s.n_out) {
-                                        const float g = args.out_f32 ? reinterpret_cast<const float*>(dr)[col + e]
-                                                                     : gpu::to_acc(reinterpret_cast<const T*>(dr)[col + e]);
-                                        d[e] = g * act_deriv<decltype(A)::value>(acc[m][j][2 * hh + e]);
-                                    }
-                                }
-                                *reinterpret_cast<uint32_t*>(dz_top + (wrow + row) * p.dz_stride + col) = pack2<T>(d[0], d[1]);
+                                // The staged row holds n_out values; past them (and past the batch) dz is 0.
+                                const bool v0 = row < valid && col < s.n_out, v1 = row < valid && col + 1 < s.n_out;
+                                float2 g = make_float2(0.0f, 0.0f);
+                                if (v1)
+                                    g = args.out_f32 ? *reinterpret_cast<const float2*>(dr + col * 4)
+                                                     : unpack2<T>(*reinterpret_cast<const uint32_t*>(dr + col * 2));
+                                else if (v0)
+                                    g.x = args.out_f32 ? reinterpret_cast<const float*>(dr)[col]
+                                                       : gpu::to_acc(reinterpret_cast<const T*>(dr)[col]);
+                                const float d0 = v0 ? g.x * act_deriv<decltype(A)::value>(acc[m][j][2 * hh]) : 0.0f;
+                                const float d1 = v1 ? g.y * act_deriv<decltype(A)::value>(acc[m][j][2 * hh + 1]) : 0.0f;
+                                *reinterpret_cast<uint32_t*>(dz_top + (wrow + row) * p.dz_stride + col) = pack2<T>(d0, d1);
                             }
                 });
             }
@@ -840,6 +943,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
             const int ws = mma::padded_row(in) * 2;
             const uint32_t b_base = smem_addr(slot) + x4_offset(lane, X4Pattern::kRowsFirst, ws);
             const int b_kstep = 16 * ws;
+            // Chunk c of dL/da_{l-1} from the dz rows held as A fragments in registers (l < L).
             auto chain_chunk = [&](int c, float (&acc)[MT][2][4]) {
 #pragma unroll
                 for (int m = 0; m < MT; ++m)
@@ -847,12 +951,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                     for (int j = 0; j < 2; ++j)
 #pragma unroll
                         for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.0f;
-                if (l == L)
-                    mma_chunk_smem<T, MT, true>(acc, smem_addr(dz_cur + wrow * p.dz_stride) +
-                                                         x4_offset(lane, X4Pattern::kRowsFirst, p.dz_stride * 2),
-                                                16 * p.dz_stride * 2, s.pout / 16, b_base + c * 32, b_kstep);
-                else
-                    mma_chunk_regs<T, MT, NC, true>(acc, dzr, NC, b_base + c * 32, b_kstep);
+                mma_chunk_regs<T, MT, NC, true>(acc, dzr, NC, b_base + c * 32, b_kstep);
             };
             if (l > 0) {
                 // dz_{l-1} = round_T(dL/da_{l-1} * f'(z_{l-1})): f' from the stash.
@@ -864,18 +963,42 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                 const T* at = a_prev + tile_off;
                 const T* dt = p.n_stashes > 1 ? d_prev + tile_off : nullptr;
                 T* zt = dz_next + wrow * p.dz_stride;
-#pragma unroll
-                for (int c = 0; c < NC; ++c) {
-                    float acc[MT][2][4];
-                    chain_chunk(c, acc);
+                auto to_dz = [&](int c, const float (&acc)[MT][2][4]) {
                     using A = Activation;
-                    switch (args.act) {  // f' from the stored a for these three, from the stored f'(z) otherwise
-                        case A::None: chain_chunk_to_dz<T, A::None>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
-                        case A::ReLU: chain_chunk_to_dz<T, A::ReLU>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
-                        case A::LeakyReLU:
-                            chain_chunk_to_dz<T, A::LeakyReLU>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride);
-                            break;
-                        default: chain_chunk_to_dz<T, A::Sine>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
+                    if constexpr (RELU) {
+                        chain_chunk_to_dz<T, A::ReLU>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride);
+                    } else {
+                        switch (args.act) {  // f' from the stored a for these three, from the stored f'(z) otherwise
+                            case A::None: chain_chunk_to_dz<T, A::None>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
+                            case A::ReLU: chain_chunk_to_dz<T, A::ReLU>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
+                            case A::LeakyReLU:
+                                chain_chunk_to_dz<T, A::LeakyReLU>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride);
+                                break;
+                            default: chain_chunk_to_dz<T, A::Sine>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
+                        }
+                    }
+                };
+                const uint32_t dz_addr =
+                    smem_addr(dz_cur + wrow * p.dz_stride) + x4_offset(lane, X4Pattern::kRowsFirst, p.dz_stride * 2);
+                if (RELU && l == L) {
+                    // The top dz is in shared memory (K = pout): all chunks at once, k outermost.
+                    float acc[NC][MT][2][4] = {};
+                    mma_chunks_smem_a<T, MT, NC, true>(acc, dz_addr, 16 * p.dz_stride * 2, s.pout / 16, b_base, 32, b_kstep);
+#pragma unroll
+                    for (int c = 0; c < NC; ++c) to_dz(c, acc[c]);
+                } else if (l == L) {
+#pragma unroll
+                    for (int c = 0; c < NC; ++c) {
+                        float acc[MT][2][4] = {};
+                        mma_chunk_smem<T, MT, true>(acc, dz_addr, 16 * p.dz_stride * 2, s.pout / 16, b_base + c * 32, b_kstep);
+                        to_dz(c, acc);
+                    }
+                } else {
+#pragma unroll
+                    for (int c = 0; c < NC; ++c) {
+                        float acc[MT][2][4];
+                        chain_chunk(c, acc);
+                        to_dz(c, acc);
                     }
                 }
 #pragma unroll
@@ -911,7 +1034,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
         __syncthreads();
     }
 
-    if (want_dw && p.dw_in_smem) {  // the block's accumulators -> its global slot (same order)
+    if (want_dw && args.grads) {
+        // A single block: its accumulators are the whole sum; write dL/dparams in parameter order and
+        // the network dtype directly (the same arithmetic as fully_fused_mlp_reduce_kernel for one
+        // block, without its launch).
+        __syncthreads();
+        T* g = static_cast<T*>(args.grads);
+        for (int64_t i = threadIdx.x; i < s.n_params(); i += blockDim.x) {
+            float v = dw[s.fragment_index(i)];
+            if (args.accumulate) v += gpu::to_acc(g[i]);
+            g[i] = gpu::from_acc<T>(v);
+        }
+    } else if (want_dw && p.dw_in_smem) {  // the block's accumulators -> its global slot (same order)
         __syncthreads();
         float4* dst = reinterpret_cast<float4*>(args.dw_partials + blockIdx.x * s.n_params());
         const float4* src = reinterpret_cast<const float4*>(dw);
@@ -925,31 +1059,38 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
 
 template <typename H> using device_of = gpu::device_t<H>;
 
-template <typename H, int W> KernelInfo Kernels<H, W>::forward_info(int max_smem) {
-    auto* k = fully_fused_mlp_forward_kernel<device_of<H>, W>;
+template <typename K> KernelInfo kernel_info(K* k, int max_smem) {
     TNN_GPU_CHECK(gpu_func_set_attribute(k, gpu_func_attribute_max_dynamic_shared_memory_size, max_smem));
     gpu_func_attributes_t a;
     TNN_GPU_CHECK(gpu_func_get_attributes(&a, k));
     return KernelInfo{a.numRegs, int(a.localSizeBytes)};
 }
 
-template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_smem) {
-    auto* k = fully_fused_mlp_backward_kernel<device_of<H>, W>;
-    TNN_GPU_CHECK(gpu_func_set_attribute(k, gpu_func_attribute_max_dynamic_shared_memory_size, max_smem));
-    gpu_func_attributes_t a;
-    TNN_GPU_CHECK(gpu_func_get_attributes(&a, k));
-    return KernelInfo{a.numRegs, int(a.localSizeBytes)};
+template <typename H, int W> KernelInfo Kernels<H, W>::forward_info(int max_smem, bool relu) {
+    return relu ? kernel_info(fully_fused_mlp_forward_kernel<device_of<H>, W, true>, max_smem)
+                : kernel_info(fully_fused_mlp_forward_kernel<device_of<H>, W, false>, max_smem);
+}
+
+template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_smem, bool relu) {
+    return relu ? kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true>, max_smem)
+                : kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, false>, max_smem);
 }
 
 template <typename H, int W> void Kernels<H, W>::forward(const KernelArgs& args, int grid, void* stream) {
-    fully_fused_mlp_forward_kernel<device_of<H>, W>
-        <<<grid, args.fwd.n_warps * 32, args.fwd.smem_bytes, static_cast<gpu_stream_t>(stream)>>>(args);
+    const auto s = static_cast<gpu_stream_t>(stream);
+    if (args.relu)
+        fully_fused_mlp_forward_kernel<device_of<H>, W, true><<<grid, args.fwd.n_warps * 32, args.fwd.smem_bytes, s>>>(args);
+    else
+        fully_fused_mlp_forward_kernel<device_of<H>, W, false><<<grid, args.fwd.n_warps * 32, args.fwd.smem_bytes, s>>>(args);
     TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_forward_kernel");
 }
 
 template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args, int grid, void* stream) {
-    fully_fused_mlp_backward_kernel<device_of<H>, W>
-        <<<grid, args.bwd.n_warps * 32, args.bwd.smem_bytes, static_cast<gpu_stream_t>(stream)>>>(args);
+    const auto s = static_cast<gpu_stream_t>(stream);
+    if (args.relu)
+        fully_fused_mlp_backward_kernel<device_of<H>, W, true><<<grid, args.bwd.n_warps * 32, args.bwd.smem_bytes, s>>>(args);
+    else
+        fully_fused_mlp_backward_kernel<device_of<H>, W, false><<<grid, args.bwd.n_warps * 32, args.bwd.smem_bytes, s>>>(args);
     TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_backward_kernel");
 }
 

@@ -269,6 +269,19 @@ TEST(FusedLayout, WeightGradientComputesDzTransposedTimesActivations) {
     }
 }
 
+TEST(FusedLayout, GridWalkVisitsLaneStridedElementsInOrder) {
+    // The copy loops visit element i = lane + 32 k of a [rows][cols] grid at (i / cols, i % cols).
+    for (int cols = 1; cols <= 70; ++cols)
+        for (int lane = 0; lane < kLanes; ++lane) {
+            int i = lane;
+            for (ffm::GridWalk g(lane, cols); g.r < 9; g.next(), i += kLanes) {
+                ASSERT_EQ(g.r, i / cols) << "cols " << cols << " lane " << lane;
+                ASSERT_EQ(g.c, i % cols) << "cols " << cols << " lane " << lane;
+            }
+            ASSERT_GE(i, 9 * cols) << "the walk ended early";
+        }
+}
+
 TEST(FusedLayout, ShapeMatchesMlpLayout) {
     for (uint32_t width : {16u, 32u, 64u, 128u})
         for (uint32_t n_in : {1u, 3u, 16u, 32u, 33u, 100u})
@@ -387,6 +400,8 @@ void check_backward_plan(const ffm::Shape& s, const ffm::BackwardPlan& p, int64_
                      {p.off_dw, p.dw_in_smem && want_dw ? s.n_params() * 4 : 0}},
                     p.smem_bytes, what);
     if (!p.stash_in_smem) EXPECT_GE(p.stash_bytes_per_block, stash) << what;
+    EXPECT_GE(p.dy_stride, s.n_out * 2) << what;
+    EXPECT_EQ(p.dy_stride % 32, 16) << what << ": an odd number of 16-byte units keeps the dy reads conflict-free";
     EXPECT_EQ(p.dz_stride, mma::padded_row(std::max(s.width, s.pout))) << what;
 }
 
@@ -394,7 +409,9 @@ void check_backward_plan(const ffm::Shape& s, const ffm::BackwardPlan& p, int64_
 
 TEST(FusedPlan, BenchmarkShapesKeepEverythingOnChip) {
     // The shapes (fp32 input, fp16 output, 2 hidden layers, ReLU) on an H200 must get the
-    // fast path: weights resident, activation stash and dW accumulators in shared memory.
+    // fast path: weights resident, activation stash in shared memory, at least 8 warps per SM; the dW
+    // accumulators stay on chip up to width 64. At width 128 they would allow only 4 warps per SM, and
+    // the planner moves them to the block's global slot for 8 (measured 1.75x faster on the H200).
     const auto d = h200_limits();
     for (auto [w, n_in, n_out] : std::vector<std::array<int, 3>>{{64, 32, 16}, {128, 32, 16}, {64, 64, 64}, {16, 32, 16}}) {
         const ffm::Shape s = shape(w, n_in, n_out, 2);
@@ -404,8 +421,9 @@ TEST(FusedPlan, BenchmarkShapesKeepEverythingOnChip) {
         EXPECT_GE(f.n_warps * f.blocks_per_sm, 8) << "width " << w;
         const auto b = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d);
         check_backward_plan(s, b, d.smem_per_block, true);
-        EXPECT_TRUE(b.weights_resident && b.stash_in_smem && b.dw_in_smem) << "width " << w << " in " << n_in;
-        EXPECT_GE(b.n_warps * b.blocks_per_sm, 4) << "width " << w;
+        EXPECT_TRUE(b.weights_resident && b.stash_in_smem) << "width " << w << " in " << n_in;
+        EXPECT_EQ(b.dw_in_smem, w <= 64) << "width " << w << " in " << n_in;
+        EXPECT_GE(b.n_warps * b.blocks_per_sm, 8) << "width " << w;
     }
 }
 

@@ -322,14 +322,18 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     // Small configs forced onto the paths deep or wide networks take: weights reloaded per layer,
     // activation stash in global memory, weight-gradient accumulators in global memory, few warps.
     TNN_SKIP_WITHOUT_GPU();
-    std::vector<ffm::PlanOverride> overrides(5);
+    // The generic kernels run on ReLU / None networks too (override 5), and a one-block batch writes
+    // dL/dparams from the kernel itself, also from accumulators in global memory (w128_batch7_bias).
+    std::vector<ffm::PlanOverride> overrides(6);
     overrides[0].stream_weights = true;
     overrides[1].stash_in_global = true;
     overrides[2].dw_in_global = true;
     overrides[3].stream_weights = overrides[3].stash_in_global = overrides[3].dw_in_global = true;
     overrides[3].forward_warps = 2, overrides[3].backward_warps = 2;
     overrides[4].forward_warps = 1, overrides[4].backward_warps = 1;
-    for (const char* name : {"sine_sine_w64_bias_f32out", "w64_64to64_batch4099", "leaky_exponential_w16_deep5"})
+    overrides[5].generic_kernels = true;
+    for (const char* name :
+         {"sine_sine_w64_bias_f32out", "w64_64to64_batch4099", "leaky_exponential_w16_deep5", "w128_batch7_bias"})
         for (size_t i = 0; i < overrides.size(); ++i) {
             const FusedCase& c = case_named(name);
             const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
@@ -360,25 +364,28 @@ TEST(FullyFusedMlpGpuProps, TrainingIsBitwiseReproducible) {
 
 TEST(FullyFusedMlpGpuProps, AccumulateAddsToTheGradient) {
     TNN_SKIP_WITHOUT_GPU();
-    for (DType dtype : {DType::f16, DType::bf16}) {
-        const FusedCase& c = case_named("softplus_squareplus_w64");
-        const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
-        const FusedData d = make_data(c, *net, 5);
-        TestStream stream(Device::gpu(0));
-        const FusedResult once = run_gpu(*net, stream, d, false, nullptr);
-        const Device gpu = Device::gpu(0);
-        const Tensor x = to_device(d.x, gpu), g = to_device(d.dL_dy, gpu), p = to_device(d.params, gpu);
-        Tensor y(c.batch, c.n_out, net->output_dtype(), gpu), dp(1, static_cast<int64_t>(net->n_params()), dtype, gpu);
-        fill(stream, dp.view(), 0.5);
-        auto ctx = net->forward(stream, x.view(), y.view(), p.data(), false);
-        net->backward(stream, *ctx, x.view(), y.view(), g.view(), nullptr, dp.data(), p.data(), GradMode::accumulate);
-        const std::vector<float> acc = to_floats(dp.to(Device::cpu(), stream)), grad = to_floats(once.dL_dparams);
-        // The kernel rounds 0.5 + (fp32 gradient) once; `grad` is that gradient already rounded: the
-        // two may differ by the two roundings, each half an ulp of the network dtype.
-        const double eps = dtype_epsilon(dtype);
-        for (size_t i = 0; i < grad.size(); ++i)
-            ASSERT_NEAR(acc[i], 0.5 + grad[i], eps * (std::fabs(0.5 + grad[i]) + std::fabs(grad[i])) + 1e-30)
-                << "param " << i;
+    // batch 1000: the per-block partials and the reduction kernel; batch 1: one block writes dL/dparams.
+    for (const char* name : {"softplus_squareplus_w64", "w32_batch1"}) {
+        for (DType dtype : {DType::f16, DType::bf16}) {
+            const FusedCase& c = case_named(name);
+            const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
+            const FusedData d = make_data(c, *net, 5);
+            TestStream stream(Device::gpu(0));
+            const FusedResult once = run_gpu(*net, stream, d, false, nullptr);
+            const Device gpu = Device::gpu(0);
+            const Tensor x = to_device(d.x, gpu), g = to_device(d.dL_dy, gpu), p = to_device(d.params, gpu);
+            Tensor y(c.batch, c.n_out, net->output_dtype(), gpu), dp(1, static_cast<int64_t>(net->n_params()), dtype, gpu);
+            fill(stream, dp.view(), 0.5);
+            auto ctx = net->forward(stream, x.view(), y.view(), p.data(), false);
+            net->backward(stream, *ctx, x.view(), y.view(), g.view(), nullptr, dp.data(), p.data(), GradMode::accumulate);
+            const std::vector<float> acc = to_floats(dp.to(Device::cpu(), stream)), grad = to_floats(once.dL_dparams);
+            // The kernel rounds 0.5 + (fp32 gradient) once; `grad` is that gradient already rounded: the
+            // two may differ by the two roundings, each half an ulp of the network dtype.
+            const double eps = dtype_epsilon(dtype);
+            for (size_t i = 0; i < grad.size(); ++i)
+                ASSERT_NEAR(acc[i], 0.5 + grad[i], eps * (std::fabs(0.5 + grad[i]) + std::fabs(grad[i])) + 1e-30)
+                    << "param " << i;
+        }
     }
 }
 
