@@ -1,6 +1,7 @@
 // Trainer: owns the parameters of a model (fp32 master weights plus a copy in the model's dtype),
 // its gradients, a loss and an optimizer, on one device. step() = forward + loss + backward +
-// optimizer, asynchronous on the stream; loss() fetches the last loss value.
+// optimizer, asynchronous on the stream (on a GPU replayed from a CUDA/HIP graph once the step's
+// views repeat); loss() fetches the last loss value.
 #pragma once
 
 #include <tnn/loss.h>
@@ -25,6 +26,17 @@ public:
     // input [rows, n_in] fp32 (fp64 for fp64 models), target [rows, n_out] fp32/fp64, pdf optional [rows, 1].
     void step(const Stream& stream, ConstView input, ConstView target, const ConstView* data_pdf = nullptr);
     double loss(const Stream& stream) const;  // loss of the last step; synchronises
+
+    // GPU graphs (docs/gpu.md): when the third step in a row gets the same stream and input, target
+    // and pdf views (pointers, shapes, strides, dtypes), the step is captured into a graph, and later
+    // steps with those views replay it; other views rebuild it after three steps. Results equal
+    // uncaptured steps bit for bit. On by default; a capture that fails logs a warning and turns it off.
+    // A graph keeps the host-side module settings it was captured with (a grid's set_max_level): after
+    // changing one, set_use_graphs(false) then (true) drops the graph.
+    void set_use_graphs(bool on);
+    bool use_graphs() const;
+    uint64_t graph_captures() const;  // graphs captured so far
+    uint64_t graph_steps() const;     // steps run from a graph (each capturing step included)
     // Uses the optimizer's inference weights (EMA, Average) when it has them.
     void inference(const Stream& stream, ConstView input, View output) const;
 

@@ -24,9 +24,17 @@ void fill(const Stream& stream, View dst, double value);      // on the GPU
 void add(const Stream& stream, ConstView src, View dst);        // dst += src, same dtype, on the GPU
 double sum(const Stream& stream, ConstView values);             // fp32/fp64 on the GPU; synchronises
 void free_temporary_memory();
-// Stream-ordered temporary memory from the caching allocator (capture-safe once warmed up): a block
-// freed on a stream may be reused by later work on that stream only.
+// Stream-ordered temporary memory from the caching allocator: a block freed on a stream may be reused
+// by later work on that stream only; on a capturing stream, graph memory (src/gpu/allocator.h).
 void* alloc_temporary(const Stream& stream, size_t bytes);
 void free_temporary(const Stream& stream, void* ptr, size_t bytes) noexcept;
+// Graphs of the work this thread queues on one stream (src/gpu/graph.cu; the Trainer's captured steps).
+// The capture is thread-local: other threads keep working meanwhile. end_capture returns the
+// instantiated graph as an opaque handle, or throws DeviceError when the capture failed.
+void begin_capture(const Stream& stream);
+void* end_capture(const Stream& stream);
+void abort_capture(const Stream& stream) noexcept;  // after an exception inside a capture: ends and discards it
+void launch_graph(const Stream& stream, void* graph);
+void destroy_graph(int device, void* graph) noexcept;  // may be called while launches are in flight
 
 }  // namespace tnn::gpu_bridge

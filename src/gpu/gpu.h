@@ -58,6 +58,8 @@ constexpr auto gpu_stream_non_blocking = hipStreamNonBlocking;
 constexpr auto gpu_stream_capture_status_none = hipStreamCaptureStatusNone;
 constexpr auto gpu_stream_capture_mode_global = hipStreamCaptureModeGlobal;
 constexpr auto gpu_stream_capture_mode_thread_local = hipStreamCaptureModeThreadLocal;
+constexpr auto gpu_stream_capture_status_active = hipStreamCaptureStatusActive;
+constexpr auto gpu_graph_instantiate_flag_auto_free_on_launch = hipGraphInstantiateFlagAutoFreeOnLaunch;
 #define gpu_get_error_string hipGetErrorString
 #define gpu_get_error_name hipGetErrorName
 #define gpu_get_last_error hipGetLastError
@@ -87,6 +89,10 @@ constexpr auto gpu_stream_capture_mode_thread_local = hipStreamCaptureModeThread
 #define gpu_graph_launch hipGraphLaunch
 #define gpu_graph_destroy hipGraphDestroy
 #define gpu_graph_exec_destroy hipGraphExecDestroy
+#define gpu_graph_instantiate_with_flags hipGraphInstantiateWithFlags
+#define gpu_malloc_async hipMallocAsync
+#define gpu_free_async hipFreeAsync
+#define gpu_device_graph_mem_trim hipDeviceGraphMemTrim
 #else
 using gpu_error_t = cudaError_t;
 using gpu_stream_t = cudaStream_t;
@@ -108,6 +114,8 @@ constexpr auto gpu_stream_non_blocking = cudaStreamNonBlocking;
 constexpr auto gpu_stream_capture_status_none = cudaStreamCaptureStatusNone;
 constexpr auto gpu_stream_capture_mode_global = cudaStreamCaptureModeGlobal;
 constexpr auto gpu_stream_capture_mode_thread_local = cudaStreamCaptureModeThreadLocal;
+constexpr auto gpu_stream_capture_status_active = cudaStreamCaptureStatusActive;
+constexpr auto gpu_graph_instantiate_flag_auto_free_on_launch = cudaGraphInstantiateFlagAutoFreeOnLaunch;
 #define gpu_get_error_string cudaGetErrorString
 #define gpu_get_error_name cudaGetErrorName
 #define gpu_get_last_error cudaGetLastError
@@ -137,6 +145,10 @@ constexpr auto gpu_stream_capture_mode_thread_local = cudaStreamCaptureModeThrea
 #define gpu_graph_launch cudaGraphLaunch
 #define gpu_graph_destroy cudaGraphDestroy
 #define gpu_graph_exec_destroy cudaGraphExecDestroy
+#define gpu_graph_instantiate_with_flags cudaGraphInstantiateWithFlags
+#define gpu_malloc_async cudaMallocAsync
+#define gpu_free_async cudaFreeAsync
+#define gpu_device_graph_mem_trim cudaDeviceGraphMemTrim
 #endif  // TNN_WITH_HIP
 
 static_assert(sizeof(gpu_half) == sizeof(tnn::half), "gpu_half must share bits with tnn::half");
@@ -274,6 +286,16 @@ template <> __device__ __forceinline__ gpu_bf16 from_acc<gpu_bf16>(float v) { re
 #endif  // TNN_WITH_HIP && !TNN_HIP_HAS_BF16_H
 template <typename D> __device__ __forceinline__ D from_acc(double v) { return from_acc<D>(static_cast<float>(v)); }
 template <> __device__ __forceinline__ double from_acc<double>(double v) { return v; }
+
+// Calls f(S{}) with S the device storage type of dtype t: the one runtime-dtype switch of the launchers.
+template <typename F> void dispatch_device_dtype(DType t, F&& f) {
+    switch (t) {
+        case DType::f32: f(float{}); return;
+        case DType::f64: f(double{}); return;
+        case DType::f16: f(gpu_half{}); return;
+        case DType::bf16: f(gpu_bf16{}); return;
+    }
+}
 
 }  // namespace tnn::gpu
 #endif  // TNN_GPU_COMPILER

@@ -64,16 +64,6 @@ __global__ void tensor_sum_kernel(const S* __restrict__ src, Strided2d s, int64_
 
 Strided2d strided(const ConstView& v) { return Strided2d{v.cols, v.stride}; }
 
-// Runs f(S{}) with the device storage type of dtype t.
-template <typename F> void dispatch_device_dtype(DType t, F&& f) {
-    switch (t) {
-        case DType::f32: f(float{}); return;
-        case DType::f64: f(double{}); return;
-        case DType::f16: f(gpu_half{}); return;
-        case DType::bf16: f(gpu_bf16{}); return;
-    }
-}
-
 void check_on_gpu(const char* what, const ConstView& v) {
     if (!v.device.is_gpu()) throw DeviceError(msg(what, ": ", describe(v), " is not on a GPU"));
     if (v.stride < v.cols) throw ShapeError(msg(what, ": ", describe(v), " has stride < cols"));
@@ -225,6 +215,8 @@ void free(int device, void* ptr) noexcept {
 
 bool is_device_pointer(const void* ptr, int device) {
     if (!ptr) return false;
+    // Graph memory of a capture in progress is not mapped yet, so the driver may not know it.
+    if (is_graph_temporary(device, ptr)) return true;
     gpu_pointer_attributes_t attr;
     std::memset(&attr, 0, sizeof(attr));
     if (gpu_pointer_get_attributes(&attr, ptr) != gpu_success) {

@@ -1,11 +1,12 @@
 // Losses: argument validation, the otype registry behind create_loss, the CPU evaluation of every
 // loss in loss_math.h (rows in parallel; elementwise, so the bits never depend on the thread count),
-// and sum(). A GPU path plugs in where evaluate_impl dispatches on the device.
+// and sum(). GPU views go to the kernel in losses.cu.
 #include <tnn/loss.h>
 #include <tnn/module.h>
 
 #include "core/gpu_bridge.h"
 #include "core/parallel.h"
+#include "losses/loss_gpu.h"
 #include "losses/loss_math.h"
 
 #include <algorithm>
@@ -94,8 +95,8 @@ private:
                                  " columns (R, G, B), got ", describe(prediction)));
         if (prediction.device.is_gpu()) {
 #ifdef TNN_WITH_GPU
-            // A GPU launcher over loss_element (losses.cu) replaces this line once it exists.
-            throw UnsupportedError(msg(m_name, " loss: no GPU kernel yet in this build; evaluate on the CPU"));
+            loss_gpu::evaluate(m_kind, stream, loss_scale, prediction, target, data_pdf, values, gradients);
+            return;
 #else
             throw_no_gpu_backend(m_name + " loss");
 #endif  // TNN_WITH_GPU

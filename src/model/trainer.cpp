@@ -1,9 +1,38 @@
 // Trainer: parameters (fp32 master + model dtype copy), gradients and per-step buffers on one
-// device; step = forward, loss, backward, optimizer, all queued on the caller's stream.
+// device; step = forward, loss, backward, optimizer, all queued on the caller's stream. On a GPU a
+// step whose views repeat is captured into a graph once and replayed (trainer.h, docs/gpu.md).
 #include <tnn/checkpoint.h>
 #include <tnn/trainer.h>
 
+#include "core/gpu_bridge.h"
+#include "optimizers/optimizer_impl.h"
+
 namespace tnn {
+
+namespace {
+
+// What a captured step depends on besides the trainer's own buffers: the stream and the views.
+struct StepViews {
+    void* stream = nullptr;
+    ConstView input, target, pdf;  // pdf.data == nullptr: no pdf
+};
+
+#ifdef TNN_WITH_GPU
+bool same_view(const ConstView& a, const ConstView& b) {
+    return a.data == b.data && a.dtype == b.dtype && a.device == b.device && a.rows == b.rows && a.cols == b.cols &&
+           a.stride == b.stride;
+}
+
+bool same_views(const StepViews& a, const StepViews& b) {
+    return a.stream == b.stream && same_view(a.input, b.input) && same_view(a.target, b.target) &&
+           same_view(a.pdf, b.pdf);
+}
+
+// The step that captures: the first two run eagerly (modules finish their lazy setup, caches fill).
+constexpr int kStepsBeforeCapture = 2;
+#endif  // TNN_WITH_GPU
+
+}  // namespace
 
 struct Trainer::Impl {
     Buffer params_fp32, params, grads;
@@ -12,6 +41,31 @@ struct Trainer::Impl {
     json config;
     int64_t batch = -1;  // rows the per-step buffers are sized for
     bool has_loss = false;
+
+    // GPU graphs. `graph` replays a step with the views `graph_views`; the last `seen_count` steps
+    // (refused ones included) had the views `seen`, which are captured when that count reaches 3.
+    bool use_graphs = true;
+    StepViews seen, graph_views;
+    int seen_count = 0;
+    uint32_t expected_step = 0;  // the optimizer's step count after the last step: another one means a reset
+    void* graph = nullptr;
+    int graph_device = 0;
+    uint64_t captures = 0, graph_steps = 0;
+
+    ~Impl() { drop_graph(); }
+    // After anything the graph holds a pointer to changed (per-step buffers, optimizer state arrays).
+    void drop_graph() noexcept {
+#ifdef TNN_WITH_GPU
+        gpu_bridge::destroy_graph(graph_device, graph);
+#endif  // TNN_WITH_GPU
+        graph = nullptr;
+        seen_count = 0;
+    }
+    // Forward, loss and backward of one step: the part of a step without the optimizer.
+    void forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
+                               const ConstView* data_pdf);
+    // Runs the step from a graph (capturing it first when due); false: the caller runs it eagerly.
+    bool graph_step(Trainer& t, const Stream& stream, ConstView input, ConstView target, const ConstView* data_pdf);
 };
 
 namespace {
@@ -82,6 +136,8 @@ void Trainer::set_params(const Stream& stream, const float* host_params) {
     }
     m_optimizer->allocate(m_device, n, m_model->n_matrix_params());
     m_impl->has_loss = false;
+    m_impl->drop_graph();  // the optimizer's state arrays are new
+    m_impl->expected_step = m_optimizer->step_count();
 }
 
 void Trainer::step(const Stream& stream, ConstView input, ConstView target, const ConstView* data_pdf) {
@@ -99,19 +155,92 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
     const int64_t rows = input.rows, n_out = m_model->n_output_dims();
     if (s.batch != rows) {
         s.batch = rows;
+        s.drop_graph();  // it holds the old per-step buffers
         s.output = Tensor(rows, n_out, m_model->output_dtype(), m_device);
         s.dL_doutput = Tensor(rows, n_out, m_model->output_dtype(), m_device);
         s.loss_values = Tensor(rows, n_out, target_dtype(*m_model), m_device);
     }
-    const DType t = m_model->param_dtype();
-    auto ctx = m_model->forward(stream, input, s.output.view(), params(), false);
-    m_loss->evaluate(stream, m_loss_scale, s.output.view(), target, data_pdf, s.loss_values.view(), s.dL_doutput.view());
-    m_model->backward(stream, *ctx, input, s.output.view(), s.dL_doutput.view(), nullptr, s.grads.data(), params(),
-                      GradMode::overwrite);
-    void* weights = t == DType::f32 ? s.params_fp32.data() : s.params.data();
-    m_optimizer->step(stream, m_loss_scale, s.params_fp32.ptr<float>(), weights, t, s.grads.data(), t);
+    if (!(m_device.is_gpu() && s.use_graphs && s.graph_step(*this, stream, input, target, data_pdf))) {
+        s.forward_loss_backward(*this, stream, input, target, data_pdf);
+        const DType t = m_model->param_dtype();
+        void* weights = t == DType::f32 ? s.params_fp32.data() : s.params.data();
+        m_optimizer->step(stream, m_loss_scale, s.params_fp32.ptr<float>(), weights, t, s.grads.data(), t);
+    }
     s.has_loss = true;
+    s.expected_step = m_optimizer->step_count();
 }
+
+void Trainer::Impl::forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
+                                          const ConstView* data_pdf) {
+    const void* p = t.params();
+    auto ctx = t.m_model->forward(stream, input, output.view(), p, false);
+    t.m_loss->evaluate(stream, t.m_loss_scale, output.view(), target, data_pdf, loss_values.view(), dL_doutput.view());
+    t.m_model->backward(stream, *ctx, input, output.view(), dL_doutput.view(), nullptr, grads.data(), p,
+                        GradMode::overwrite);
+}
+
+bool Trainer::Impl::graph_step(Trainer& t, const Stream& stream, ConstView input, ConstView target,
+                               const ConstView* data_pdf) {
+#ifdef TNN_WITH_GPU
+    // The legacy default stream cannot capture; an optimizer from outside the library has no GPU halves.
+    GpuSplitStep* split = gpu_split(*t.m_optimizer);
+    if (!stream.native() || !split) return false;
+    const StepViews views{stream.native(), input, target, data_pdf ? *data_pdf : ConstView()};
+    // The optimizer was reset (new state arrays) behind the trainer's back.
+    if (t.m_optimizer->step_count() != expected_step) drop_graph();
+    const bool replay = graph && same_views(views, graph_views);
+    if (!replay) {
+        if (seen_count > 0 && same_views(views, seen)) {
+            ++seen_count;
+        } else {
+            seen = views;
+            seen_count = 1;
+        }
+        if (seen_count <= kStepsBeforeCapture) return false;
+    }
+
+    const DType dt = t.m_model->param_dtype();
+    void* weights = dt == DType::f32 ? params_fp32.data() : params.data();
+    const GpuStepArgs args{t.m_loss_scale, params_fp32.ptr<float>(), weights, dt, grads.data(), dt};
+    // The optimizer's host half runs on every step, outside the graph: its scalars reach the device
+    // before the replayed kernels read them.
+    split->gpu_prepare(stream, args, true);
+    if (!replay) {
+        drop_graph();  // one graph at a time: the views of the latest steps replace the old ones
+        try {
+            gpu_bridge::begin_capture(stream);
+            forward_loss_backward(t, stream, input, target, data_pdf);
+            split->gpu_record(stream, args);
+            graph = gpu_bridge::end_capture(stream);
+            graph_device = t.m_device.index;
+            graph_views = views;
+            ++captures;
+        } catch (const std::exception& e) {
+            gpu_bridge::abort_capture(stream);
+            use_graphs = false;
+            log(LogLevel::warning, msg("Trainer: capturing the training step into a graph failed, so steps run "
+                                       "without graphs from now on: ", e.what()));
+            // The optimizer's host half has run: finish this step eagerly.
+            forward_loss_backward(t, stream, input, target, data_pdf);
+            split->gpu_record(stream, args);
+            return true;
+        }
+    }
+    gpu_bridge::launch_graph(stream, graph);
+    ++graph_steps;
+    return true;
+#else
+    return false;
+#endif  // TNN_WITH_GPU
+}
+
+void Trainer::set_use_graphs(bool on) {
+    m_impl->use_graphs = on;
+    if (!on) m_impl->drop_graph();
+}
+bool Trainer::use_graphs() const { return m_impl->use_graphs; }
+uint64_t Trainer::graph_captures() const { return m_impl->captures; }
+uint64_t Trainer::graph_steps() const { return m_impl->graph_steps; }
 
 double Trainer::loss(const Stream& stream) const {
     if (!m_impl->has_loss) throw Error("Trainer::loss: no training step has run since the parameters were set");
@@ -167,6 +296,7 @@ void Trainer::load(const Stream& stream, const std::string& path) {
         throw mismatch(msg(d.params_fp32.size(), " parameters vs ", m_model->n_params()));
     set_params(stream, d.params_fp32.data());
     m_optimizer->load_state(stream, d.optimizer_state);
+    m_impl->expected_step = m_optimizer->step_count();
     m_seed = d.seed;
     stream.synchronize();
 }

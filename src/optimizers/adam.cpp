@@ -1,6 +1,6 @@
 // Adam with tcnn's extensions (per-parameter step counters, zero-gradient skipping for non-matrix
 // parameters, L2 on matrix parameters only, AdaBound, relative/absolute weight decay, clipping):
-// config, state, and the CPU loop over adam_update (optimizer_math.h).
+// config, state, the CPU loop over adam_update (optimizer_math.h) and the GPU halves of a step.
 #include "optimizers/optimizer_impl.h"
 #include "optimizers/optimizer_math.h"
 
@@ -8,7 +8,7 @@ namespace tnn {
 
 namespace {
 
-class Adam final : public Optimizer {
+class Adam final : public Optimizer, public GpuSplitStep {
 public:
     explicit Adam(ConfigReader& r) {
         m_learning_rate = r.get_float("learning_rate", 1e-3, 0.0);
@@ -53,11 +53,11 @@ private:
         m_first_moments.allocate(m_device, m_n_params);
         m_second_moments.allocate(m_device, m_n_params);
         m_param_steps.allocate(m_device, m_n_params);
+        m_scalars.allocate(m_device);
     }
 
-    void step_impl(const Stream&, float loss_scale, float* weights_fp32, void* weights, DType weights_dtype,
-                   const void* gradients, DType grad_dtype) override {
-        require_cpu_kernels(*this);
+    // The hyperparameters of the coming step (m_step + 1) in fp32, shared by the CPU and GPU paths.
+    AdamStepParams step_params() const {
         AdamStepParams h;
         h.learning_rate = static_cast<float>(m_learning_rate);
         h.non_matrix_learning_rate_factor = static_cast<float>(m_non_matrix_learning_rate_factor);
@@ -73,7 +73,12 @@ private:
         adam_lr_bounds(m_adabound, h.beta2, m_step + 1, h.lower_lr_bound, h.upper_lr_bound);
         h.cached_step = m_step + 1;
         h.cached_bias_correction = adam_bias_correction(h.beta1, h.beta2, h.cached_step);
+        return h;
+    }
 
+    void step_impl(const Stream&, float loss_scale, float* weights_fp32, void* weights, DType weights_dtype,
+                   const void* gradients, DType grad_dtype) override {
+        const AdamStepParams h = step_params();
         float* m = m_first_moments.data();
         float* v = m_second_moments.data();
         uint32_t* steps = m_param_steps.data();
@@ -92,6 +97,21 @@ private:
         });
     }
 
+    void gpu_prepare(const Stream& stream, const GpuStepArgs&, bool active) override {
+        optimizer_gpu::AdamScalars s{};
+        s.active = active;
+        if (active) {
+            s.h = step_params();
+            ++m_step;
+        }
+        m_scalars.upload(stream, s);
+    }
+    void gpu_record(const Stream& stream, const GpuStepArgs& a) override {
+        optimizer_gpu::adam_step(stream, m_scalars.get(), a.loss_scale, m_n_params, m_n_matrix_params, a.gradients,
+                                 a.grad_dtype, a.weights_fp32, a.weights, a.weights_dtype, m_first_moments.data(),
+                                 m_second_moments.data(), m_param_steps.data());
+    }
+
     std::vector<StateBlob> state_impl(const Stream& stream) const override {
         return {scalar_blob("learning_rate", m_learning_rate), m_first_moments.to_blob(stream, "first_moments"),
                 m_second_moments.to_blob(stream, "second_moments"), m_param_steps.to_blob(stream, "param_steps_u32")};
@@ -108,6 +128,7 @@ private:
     bool m_adabound, m_optimize_matrix_params, m_optimize_non_matrix_params;
     StateArray<float> m_first_moments, m_second_moments;
     StateArray<uint32_t> m_param_steps;
+    DeviceScalars<optimizer_gpu::AdamScalars> m_scalars;
 };
 
 }  // namespace

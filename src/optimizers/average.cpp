@@ -26,15 +26,17 @@ private:
         allocate_nested();
         m_samples.allocate(m_device, m_n_params * m_n_samples);
         m_average.allocate(m_device, m_n_params);
+        m_scalars.allocate(m_device);
     }
+
+    // After the nested step: the ring slot the new sample replaces (tcnn picks it after the nested
+    // step: the first sample goes to slot 1 % n_samples).
+    size_t slot() const { return m_nested->step_count() % m_n_samples; }
 
     void step_impl(const Stream& stream, float loss_scale, float* weights_fp32, void* weights, DType weights_dtype,
                    const void* gradients, DType grad_dtype) override {
-        require_cpu_kernels(*this);
         m_nested->step(stream, loss_scale, weights_fp32, weights, weights_dtype, gradients, grad_dtype);
-        // tcnn picks the slot after the nested step: the first sample goes to slot 1 % n_samples.
-        const size_t slot = m_nested->step_count() % m_n_samples;
-        float* sample = m_samples.data() + slot * m_n_params;
+        float* sample = m_samples.data() + slot() * m_n_params;
         float* average = m_average.data();
         const uint32_t n_samples = m_n_samples;
         dispatch_dtype(weights_dtype, [&](auto w) {
@@ -50,6 +52,22 @@ private:
         });
     }
 
+    void gpu_prepare(const Stream& stream, const GpuStepArgs& args, bool active) override {
+        nested_gpu().gpu_prepare(stream, args, active);
+        optimizer_gpu::AverageScalars s{};
+        if (active) {
+            s = {static_cast<uint32_t>(slot()), m_n_samples, 1};
+            ++m_step;
+        }
+        m_scalars.upload(stream, s);
+    }
+    void gpu_record(const Stream& stream, const GpuStepArgs& args) override {
+        nested_gpu().gpu_record(stream, args);
+        optimizer_gpu::average_step(stream, m_scalars.get(), m_n_params, args.weights, args.weights_dtype,
+                                    m_samples.data(), m_average.data());
+    }
+    const float* gpu_inference_buffer() const override { return m_average.data(); }
+
     std::vector<StateBlob> state_impl(const Stream& stream) const override {
         std::vector<StateBlob> out = {m_samples.to_blob(stream, "weights_samples"),
                                       m_average.to_blob(stream, "weights_average")};
@@ -64,6 +82,7 @@ private:
 
     uint32_t m_n_samples;
     StateArray<float> m_samples, m_average;
+    DeviceScalars<optimizer_gpu::AverageScalars> m_scalars;
 };
 
 }  // namespace

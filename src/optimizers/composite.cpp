@@ -12,7 +12,7 @@ namespace {
 
 constexpr size_t kRest = SIZE_MAX;  // the entry without n_params_to_optimize
 
-class Composite final : public Optimizer {
+class Composite final : public Optimizer, public GpuSplitStep {
 public:
     Composite(ConfigReader& r, const std::string& path) {
         const json& nested = r.get_json("nested");
@@ -81,6 +81,7 @@ private:
         }
         m_inference.allocate(m_device, m_n_params);
         m_has_inference = false;
+        if (m_device.is_gpu()) m_gpu_flags = Buffer(m_device, (m_nested.size() + 1) * sizeof(uint32_t));
     }
 
     void step_impl(const Stream& stream, float loss_scale, float* weights_fp32, void* weights, DType weights_dtype,
@@ -102,6 +103,39 @@ private:
         }
         m_has_inference = true;
     }
+
+    // GPU: the nested halves on their slices, then each slice of the inference weights from its nested
+    // optimizer or the trained weights, as device flags (the words of optimizer_gpu.h) say.
+    void gpu_prepare(const Stream& stream, const GpuStepArgs& args, bool active) override {
+        std::vector<uint32_t> flags(m_nested.size() + 1, 0);
+        bool any_inference = false;
+        for (size_t i = 0; i < m_nested.size(); ++i) {
+            nested_gpu_split(*m_nested[i]).gpu_prepare(stream, args.slice(m_offsets[i]), active);
+            flags[1 + i] = m_nested[i]->inference_weights_fp32() != nullptr;
+            any_inference |= flags[1 + i] != 0;
+        }
+        flags[0] = active && any_inference;
+        optimizer_gpu::upload(stream, m_gpu_flags.data(), flags.data(), flags.size() * sizeof(uint32_t));
+        if (!active) return;
+        m_has_inference |= any_inference;
+        ++m_step;
+    }
+    void gpu_record(const Stream& stream, const GpuStepArgs& args) override {
+        bool may_have_inference = false;
+        for (size_t i = 0; i < m_nested.size(); ++i) {
+            GpuSplitStep& nested = nested_gpu_split(*m_nested[i]);
+            nested.gpu_record(stream, args.slice(m_offsets[i]));
+            may_have_inference |= nested.gpu_inference_buffer() != nullptr;
+        }
+        if (!may_have_inference) return;  // the flags never ask for a gather
+        for (size_t i = 0; i < m_nested.size(); ++i) {
+            const size_t off = m_offsets[i];
+            optimizer_gpu::composite_gather(stream, m_gpu_flags.ptr<uint32_t>(), i, m_offsets[i + 1] - off,
+                                            nested_gpu_split(*m_nested[i]).gpu_inference_buffer(),
+                                            args.weights_fp32 + off, m_inference.data() + off);
+        }
+    }
+    const float* gpu_inference_buffer() const override { return m_inference.data(); }
 
     std::vector<StateBlob> state_impl(const Stream& stream) const override {
         std::vector<StateBlob> out = {scalar_blob("learning_rate_factor", m_learning_rate_factor),
@@ -130,6 +164,7 @@ private:
     float m_learning_rate_factor = 1.0f;
     StateArray<float> m_inference;  // n_params values: the one array inference_weights_fp32() points at
     bool m_has_inference = false;
+    Buffer m_gpu_flags;  // GPU: this step's gather flags
 };
 
 }  // namespace

@@ -32,17 +32,30 @@ private:
     void allocate_impl() override {
         allocate_nested();
         m_ema.allocate(m_device, m_n_params);
+        m_scalars.allocate(m_device);
+    }
+
+    // The factors after nested step k = the nested step count (CPU and GPU paths).
+    optimizer_gpu::EmaScalars step_scalars() const {
+        const uint32_t k = m_nested->step_count();
+        const float decay = static_cast<float>(m_decay);
+        optimizer_gpu::EmaScalars s{};
+        s.decay = decay;
+        // tcnn evaluates the powers in double (std::pow of a float and an integer).
+        s.debias_old = 1.0f - static_cast<float>(std::pow(static_cast<double>(decay), static_cast<double>(k) - 1.0));
+        s.debias_new =
+            1.0f / (1.0f - static_cast<float>(std::pow(static_cast<double>(decay), static_cast<double>(k))));
+        s.full_precision = m_full_precision;
+        s.use_nested = m_nested->inference_weights_fp32() != nullptr;
+        s.active = 1;
+        return s;
     }
 
     void step_impl(const Stream& stream, float loss_scale, float* weights_fp32, void* weights, DType weights_dtype,
                    const void* gradients, DType grad_dtype) override {
-        require_cpu_kernels(*this);
         m_nested->step(stream, loss_scale, weights_fp32, weights, weights_dtype, gradients, grad_dtype);
-        const uint32_t k = m_nested->step_count();
-        const float decay = static_cast<float>(m_decay);
-        // tcnn evaluates the powers in double (std::pow of a float and an integer).
-        const float debias_old = 1.0f - static_cast<float>(std::pow(static_cast<double>(decay), static_cast<double>(k) - 1.0));
-        const float debias_new = 1.0f / (1.0f - static_cast<float>(std::pow(static_cast<double>(decay), static_cast<double>(k))));
+        const optimizer_gpu::EmaScalars h = step_scalars();
+        const float decay = h.decay, debias_old = h.debias_old, debias_new = h.debias_new;
         float* ema = m_ema.data();
         const float* nested_weights = m_nested->inference_weights_fp32();
         dispatch_dtype(weights_dtype, [&](auto w) {
@@ -58,6 +71,22 @@ private:
         });
     }
 
+    void gpu_prepare(const Stream& stream, const GpuStepArgs& args, bool active) override {
+        nested_gpu().gpu_prepare(stream, args, active);
+        optimizer_gpu::EmaScalars s{};
+        if (active) {
+            s = step_scalars();
+            ++m_step;
+        }
+        m_scalars.upload(stream, s);
+    }
+    void gpu_record(const Stream& stream, const GpuStepArgs& args) override {
+        nested_gpu().gpu_record(stream, args);
+        optimizer_gpu::ema_step(stream, m_scalars.get(), m_n_params, args.weights, args.weights_dtype,
+                                nested_gpu().gpu_inference_buffer(), m_ema.data());
+    }
+    const float* gpu_inference_buffer() const override { return m_ema.data(); }
+
     std::vector<StateBlob> state_impl(const Stream& stream) const override {
         std::vector<StateBlob> out = {m_ema.to_blob(stream, "weights_ema")};
         nested_state(stream, out);
@@ -71,6 +100,7 @@ private:
     double m_decay;
     bool m_full_precision;
     StateArray<float> m_ema;
+    DeviceScalars<optimizer_gpu::EmaScalars> m_scalars;
 };
 
 }  // namespace

@@ -38,18 +38,33 @@ private:
         m_factor = 1.0f;
     }
 
-    // The nested optimizer keeps the base rate between steps, so its hyperparams() round-trip; it
-    // runs each step at the decayed rate.
-    void step_impl(const Stream& stream, float loss_scale, float* weights_fp32, void* weights, DType weights_dtype,
-                   const void* gradients, DType grad_dtype) override {
+    // Before nested step k: the factor for it, and the nested optimizer set to the decayed rate.
+    void advance_factor() {
         const uint32_t k = m_nested->step_count();
         if (k == 0) m_factor = 1.0f;
         if (k >= m_decay_start && (k - m_decay_start) % m_decay_interval == 0 && k <= m_decay_end)
             m_factor *= static_cast<float>(m_decay_base);
         m_nested->set_learning_rate(m_base_learning_rate * m_factor);
+    }
+
+    // The nested optimizer keeps the base rate between steps, so its hyperparams() round-trip; it
+    // runs each step at the decayed rate.
+    void step_impl(const Stream& stream, float loss_scale, float* weights_fp32, void* weights, DType weights_dtype,
+                   const void* gradients, DType grad_dtype) override {
+        advance_factor();
         m_nested->step(stream, loss_scale, weights_fp32, weights, weights_dtype, gradients, grad_dtype);
         m_nested->set_learning_rate(m_base_learning_rate);
     }
+
+    // On the GPU the decayed rate is one of the scalars the nested host half uploads.
+    void gpu_prepare(const Stream& stream, const GpuStepArgs& args, bool active) override {
+        if (active) advance_factor();
+        nested_gpu().gpu_prepare(stream, args, active);
+        if (!active) return;
+        m_nested->set_learning_rate(m_base_learning_rate);
+        ++m_step;
+    }
+    void gpu_record(const Stream& stream, const GpuStepArgs& args) override { nested_gpu().gpu_record(stream, args); }
 
     std::vector<StateBlob> state_impl(const Stream& stream) const override {
         std::vector<StateBlob> out = {scalar_blob("base_learning_rate", m_base_learning_rate),

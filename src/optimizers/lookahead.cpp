@@ -26,16 +26,22 @@ private:
     void allocate_impl() override {
         allocate_nested();
         m_slow.allocate(m_device, m_n_params);
+        m_scalars.allocate(m_device);
+    }
+
+    // Before nested step k = the nested step count: copy the weights first (k = 0), pull every n_steps.
+    optimizer_gpu::LookaheadScalars step_scalars() const {
+        const uint32_t k = m_nested->step_count();
+        return {static_cast<float>(m_alpha), k == 0, k % m_n_steps == 0, 1};
     }
 
     void step_impl(const Stream& stream, float loss_scale, float* weights_fp32, void* weights, DType weights_dtype,
                    const void* gradients, DType grad_dtype) override {
-        require_cpu_kernels(*this);
-        const uint32_t k = m_nested->step_count();
+        const optimizer_gpu::LookaheadScalars h = step_scalars();
         float* slow = m_slow.data();
-        if (k == 0) weights_as_float(weights, weights_dtype, m_n_params, slow);
-        if (k % m_n_steps == 0) {
-            const float alpha = static_cast<float>(m_alpha);
+        if (h.copy_first) weights_as_float(weights, weights_dtype, m_n_params, slow);
+        if (h.pull) {
+            const float alpha = h.alpha;
             dispatch_dtype(weights_dtype, [&](auto w) {
                 using W = decltype(w);
                 W* out = static_cast<W*>(weights);
@@ -52,6 +58,20 @@ private:
         m_nested->step(stream, loss_scale, weights_fp32, weights, weights_dtype, gradients, grad_dtype);
     }
 
+    void gpu_prepare(const Stream& stream, const GpuStepArgs& args, bool active) override {
+        optimizer_gpu::LookaheadScalars s{};
+        if (active) s = step_scalars();
+        m_scalars.upload(stream, s);
+        nested_gpu().gpu_prepare(stream, args, active);
+        if (active) ++m_step;
+    }
+    void gpu_record(const Stream& stream, const GpuStepArgs& args) override {
+        optimizer_gpu::lookahead_step(stream, m_scalars.get(), m_n_params, args.weights_fp32, args.weights,
+                                      args.weights_dtype, m_slow.data());
+        nested_gpu().gpu_record(stream, args);
+    }
+    const float* gpu_inference_buffer() const override { return m_slow.data(); }
+
     std::vector<StateBlob> state_impl(const Stream& stream) const override {
         std::vector<StateBlob> out = {m_slow.to_blob(stream, "weights_lookahead")};
         nested_state(stream, out);
@@ -65,6 +85,7 @@ private:
     double m_alpha;
     uint32_t m_n_steps;
     StateArray<float> m_slow;
+    DeviceScalars<optimizer_gpu::LookaheadScalars> m_scalars;
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Novograd (Ginsburg et al. 2019): Adam-like, with one second moment per parameter group taken from
-// the group's gradient norm. Config, state and the CPU loops over optimizer_math.h.
+// the group's gradient norm. Config, state, the CPU loops over optimizer_math.h and the GPU halves.
 #include "optimizers/optimizer_impl.h"
 #include "optimizers/optimizer_math.h"
 
@@ -10,7 +10,7 @@ namespace {
 // tcnn normalises per weight matrix and leaves every other parameter untouched. Optimizers here only
 // know the matrix/non-matrix split (Module::n_matrix_params), so the groups are: all matrix
 // parameters, and all other parameters (which therefore train too).
-class Novograd final : public Optimizer {
+class Novograd final : public Optimizer, public GpuSplitStep {
 public:
     explicit Novograd(ConfigReader& r) {
         m_learning_rate = r.get_float("learning_rate", 1e-3, 0.0);
@@ -36,17 +36,32 @@ private:
     void allocate_impl() override {
         m_first_moments.allocate(m_device, m_n_params);
         m_group_second_moments.allocate(m_device, 2);
+        m_scalars.allocate(m_device);
+        if (m_device.is_gpu()) {
+            const size_t partials = optimizer_gpu::novograd_partials(m_n_params, m_n_matrix_params);
+            m_partials = Buffer(m_device, partials * sizeof(double));
+        }
+    }
+
+    // The coming step's hyperparameters in fp32 (CPU and GPU paths); exact moments on the first step: beta = 0.
+    optimizer_gpu::NovogradScalars step_scalars() const {
+        const bool first = m_step == 0;
+        optimizer_gpu::NovogradScalars s{};
+        s.learning_rate = static_cast<float>(m_learning_rate);
+        s.beta1 = first ? 0.0f : static_cast<float>(m_beta1);
+        s.beta2 = first ? 0.0f : static_cast<float>(m_beta2);
+        s.epsilon = static_cast<float>(m_epsilon);
+        s.relative_decay = static_cast<float>(m_relative_decay);
+        s.absolute_decay = static_cast<float>(m_absolute_decay);
+        s.active = 1;
+        return s;
     }
 
     void step_impl(const Stream&, float loss_scale, float* weights_fp32, void* weights, DType weights_dtype,
                    const void* gradients, DType grad_dtype) override {
-        require_cpu_kernels(*this);
-        const bool first = m_step == 0;  // exact moments on the first step: beta = 0
-        const float lr = static_cast<float>(m_learning_rate);
-        const float beta1 = first ? 0.0f : static_cast<float>(m_beta1);
-        const float beta2 = first ? 0.0f : static_cast<float>(m_beta2);
-        const float epsilon = static_cast<float>(m_epsilon);
-        const float rel = static_cast<float>(m_relative_decay), abs = static_cast<float>(m_absolute_decay);
+        const optimizer_gpu::NovogradScalars h = step_scalars();
+        const float lr = h.learning_rate, beta1 = h.beta1, beta2 = h.beta2, epsilon = h.epsilon;
+        const float rel = h.relative_decay, abs = h.absolute_decay;
         float* m = m_first_moments.data();
         float* v = m_group_second_moments.data();
         const size_t bounds[3] = {0, m_n_matrix_params, m_n_params};
@@ -81,6 +96,20 @@ private:
         });
     }
 
+    void gpu_prepare(const Stream& stream, const GpuStepArgs&, bool active) override {
+        optimizer_gpu::NovogradScalars s{};
+        if (active) {
+            s = step_scalars();
+            ++m_step;
+        }
+        m_scalars.upload(stream, s);
+    }
+    void gpu_record(const Stream& stream, const GpuStepArgs& a) override {
+        optimizer_gpu::novograd_step(stream, m_scalars.get(), a.loss_scale, m_n_params, m_n_matrix_params, a.gradients,
+                                     a.grad_dtype, a.weights_fp32, a.weights, a.weights_dtype, m_first_moments.data(),
+                                     m_group_second_moments.data(), m_partials.ptr<double>());
+    }
+
     std::vector<StateBlob> state_impl(const Stream& stream) const override {
         return {scalar_blob("learning_rate", m_learning_rate), m_first_moments.to_blob(stream, "first_moments"),
                 m_group_second_moments.to_blob(stream, "group_second_moments")};
@@ -94,6 +123,8 @@ private:
     double m_learning_rate, m_beta1, m_beta2, m_epsilon, m_relative_decay, m_absolute_decay;
     StateArray<float> m_first_moments;
     StateArray<float> m_group_second_moments;  // [matrix group, other group]
+    DeviceScalars<optimizer_gpu::NovogradScalars> m_scalars;
+    Buffer m_partials;  // GPU: the group norms' partial sums
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The validating half of every optimizer (allocate, step, state round trips), the otype registry
-// behind create_optimizer, and the helpers the implementations share (optimizer_impl.h).
+// behind create_optimizer, and the helpers the implementations share (optimizer_impl.h). A GPU step
+// runs the optimizer's two GPU halves (GpuSplitStep); the CPU-only build gets stubs for their launchers.
 #include "optimizers/optimizer_impl.h"
 
 #include <tnn/module.h>
@@ -66,6 +67,9 @@ void Optimizer::allocate(Device device, size_t n_params, size_t n_matrix_params)
     m_step = 0;
     m_allocated = false;
     allocate_impl();
+    // State arrays are zeroed on the device's default stream (allocate has no stream): finish that
+    // before the caller's streams, which may not synchronise with it, read them.
+    if (device.is_gpu()) Stream::gpu(nullptr, device.index).synchronize();
     m_allocated = true;
 }
 
@@ -85,6 +89,15 @@ void Optimizer::step(const Stream& stream, float loss_scale, float* weights_fp32
         if (weights == static_cast<void*>(weights_fp32) && weights_dtype != DType::f32)
             throw DTypeError(msg(who, ": weights alias weights_fp32, so weights_dtype must be float32, got ",
                                  dtype_name(weights_dtype)));
+    }
+    if (m_device.is_gpu()) {
+        if (GpuSplitStep* split = gpu_split(*this)) {
+            // Both halves back to back; gpu_prepare advances the step counter.
+            const GpuStepArgs args{loss_scale, weights_fp32, weights, weights_dtype, gradients, grad_dtype};
+            split->gpu_prepare(stream, args, true);
+            split->gpu_record(stream, args);
+            return;
+        }
     }
     step_impl(stream, loss_scale, weights_fp32, weights, weights_dtype, gradients, grad_dtype);
     ++m_step;
@@ -168,9 +181,12 @@ double get_float_below(ConfigReader& reader, const char* key, double def, double
     return v;
 }
 
-void require_cpu_kernels(const Optimizer& opt) {
-    if (opt.device().is_gpu())
-        throw UnsupportedError(msg(opt.name(), " optimizer: no GPU kernel yet in this build; allocate it on the CPU"));
+GpuSplitStep* gpu_split(Optimizer& opt) { return dynamic_cast<GpuSplitStep*>(&opt); }
+
+GpuSplitStep& nested_gpu_split(Optimizer& opt) {
+    GpuSplitStep* split = gpu_split(opt);
+    if (!split) throw UnsupportedError(msg(opt.name(), " optimizer: no GPU implementation"));
+    return *split;
 }
 
 // ---- state helpers ----
@@ -270,5 +286,39 @@ void store_rounded(const float* values, void* weights, DType weights_dtype, size
         });
     });
 }
+
+#ifndef TNN_WITH_GPU
+// Without a GPU backend no optimizer is allocated on a GPU (allocate refuses), so these never run.
+namespace optimizer_gpu {
+void upload(const Stream&, void*, const void*, size_t) { throw_no_gpu_backend("optimizer"); }
+void adam_step(const Stream&, const AdamScalars*, float, size_t, size_t, const void*, DType, float*, void*, DType,
+               float*, float*, uint32_t*) {
+    throw_no_gpu_backend("Adam optimizer");
+}
+void sgd_step(const Stream&, const SgdScalars*, float, size_t, const void*, DType, float*, void*, DType) {
+    throw_no_gpu_backend("SGD optimizer");
+}
+size_t novograd_partials(size_t, size_t) { return 0; }
+void novograd_step(const Stream&, const NovogradScalars*, float, size_t, size_t, const void*, DType, float*, void*,
+                   DType, float*, float*, double*) {
+    throw_no_gpu_backend("Novograd optimizer");
+}
+void ema_step(const Stream&, const EmaScalars*, size_t, const void*, DType, const float*, float*) {
+    throw_no_gpu_backend("EMA optimizer");
+}
+void average_step(const Stream&, const AverageScalars*, size_t, const void*, DType, float*, float*) {
+    throw_no_gpu_backend("Average optimizer");
+}
+void lookahead_step(const Stream&, const LookaheadScalars*, size_t, float*, void*, DType, float*) {
+    throw_no_gpu_backend("Lookahead optimizer");
+}
+void batched_step(const Stream&, const BatchedScalars*, size_t, const void*, DType, float*, void*) {
+    throw_no_gpu_backend("Batched optimizer");
+}
+void composite_gather(const Stream&, const uint32_t*, size_t, size_t, const float*, const float*, float*) {
+    throw_no_gpu_backend("Composite optimizer");
+}
+}  // namespace optimizer_gpu
+#endif  // !TNN_WITH_GPU
 
 }  // namespace tnn

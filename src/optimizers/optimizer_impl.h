@@ -1,11 +1,12 @@
 // What the optimizer implementations share: the registry behind create_optimizer (each file adds
 // its otypes), nested-optimizer creation with a config path for messages, state arrays on the
-// optimizer's device with their checkpoint blobs, and the CPU loop helpers.
+// optimizer's device with their checkpoint blobs, the two halves of a GPU step, and the CPU loop helpers.
 #pragma once
 
 #include <tnn/optimizer.h>
 
 #include "core/parallel.h"
+#include "optimizers/optimizer_gpu.h"
 
 #include <cstring>
 #include <functional>
@@ -36,9 +37,6 @@ std::unique_ptr<Optimizer> create_nested_optimizer(ConfigReader& reader, const s
 // Reads a float in [min, max) (betas, decays): ConfigReader's ranges are inclusive.
 double get_float_below(ConfigReader& reader, const char* key, double def, double min, double max_exclusive);
 
-// Throws UnsupportedError for GPU state until optimizers.cu provides the kernels.
-void require_cpu_kernels(const Optimizer& opt);
-
 // n values of E (float or uint32_t) on a device, zeroed by allocate().
 template <typename E> class StateArray {
 public:
@@ -56,6 +54,61 @@ private:
     size_t m_size = 0;
 };
 
+// ---- GPU steps in two halves, so that a graph can hold the device half (the Trainer's CUDA graphs).
+// On a GPU, Optimizer::step is gpu_prepare then gpu_record; step_impl is the CPU path only.
+
+// What a step gets, as Optimizer::step takes it.
+struct GpuStepArgs {
+    float loss_scale;
+    float* weights_fp32;
+    void* weights;
+    DType weights_dtype;
+    const void* gradients;
+    DType grad_dtype;
+    // The same arrays from parameter `offset` on (Composite's slices).
+    GpuStepArgs slice(size_t offset) const {
+        return {loss_scale, weights_fp32 + offset, static_cast<char*>(weights) + offset * dtype_size(weights_dtype),
+                weights_dtype, static_cast<const char*>(gradients) + offset * dtype_size(grad_dtype), grad_dtype};
+    }
+};
+
+class GpuSplitStep {
+public:
+    // Host half, never inside a capture: advances the counters (step_count() included) and uploads this
+    // step's scalars into device memory with one small launch; (re)sizes scratch buffers. active =
+    // false: a wrapper skips this optimizer this step (Batched between updates): nothing advances and
+    // the device half does nothing.
+    virtual void gpu_prepare(const Stream& stream, const GpuStepArgs& args, bool active) = 0;
+    // Device half: kernels only, reading this step's scalars from device memory. The launches and their
+    // arguments are the same on every step with the same args, so one captured copy replays any later
+    // step after its gpu_prepare.
+    virtual void gpu_record(const Stream& stream, const GpuStepArgs& args) = 0;
+    // The array that holds this optimizer's inference weights whenever inference_weights_fp32() is not
+    // nullptr (it is that array then), or nullptr if it never has any.
+    virtual const float* gpu_inference_buffer() const { return nullptr; }
+
+protected:
+    ~GpuSplitStep() = default;
+};
+
+// The optimizer's GPU halves; nullptr for an optimizer defined outside the library (its step_impl then
+// runs on the GPU too, and the Trainer does not capture it).
+GpuSplitStep* gpu_split(Optimizer& opt);
+// The same, for nested optimizers, which are always the library's: throws if one is not.
+GpuSplitStep& nested_gpu_split(Optimizer& opt);
+
+// One optimizer's per-step scalars in device memory (allocated for GPU optimizers only).
+template <typename T> class DeviceScalars {
+public:
+    static_assert(sizeof(T) % 4 == 0, "scalars upload as 32-bit words");
+    void allocate(Device device) { m_buffer = device.is_gpu() ? Buffer(device, sizeof(T)) : Buffer(); }
+    void upload(const Stream& stream, const T& value) { optimizer_gpu::upload(stream, m_buffer.data(), &value, sizeof(T)); }
+    const T* get() const { return m_buffer.ptr<T>(); }
+
+private:
+    Buffer m_buffer;
+};
+
 // Scalars (step counters, learning rates) travel as one f64 each: exact for uint32 and float.
 StateBlob scalar_blob(const std::string& name, double value);
 const StateBlob& find_blob(const std::vector<StateBlob>& blobs, const std::string& name);
@@ -66,11 +119,12 @@ std::vector<StateBlob> strip_prefix(const std::vector<StateBlob>& blobs, const s
 
 // Base of the wrappers around one nested optimizer: the learning rate and the inference weights pass
 // through unless a wrapper overrides them; the nested state is namespaced "nested.".
-class SingleNestedOptimizer : public Optimizer {
+class SingleNestedOptimizer : public Optimizer, public GpuSplitStep {
 public:
     float learning_rate() const override { return m_nested->learning_rate(); }
     void set_learning_rate(float lr) override { m_nested->set_learning_rate(lr); }
     const float* inference_weights_fp32() const override { return m_nested->inference_weights_fp32(); }
+    const float* gpu_inference_buffer() const override { return nested_gpu().gpu_inference_buffer(); }
 
 protected:
     explicit SingleNestedOptimizer(std::unique_ptr<Optimizer> nested) : m_nested(std::move(nested)) {}
@@ -81,6 +135,7 @@ protected:
     void load_nested_state(const Stream& stream, const std::vector<StateBlob>& blobs) {
         m_nested->load_state(stream, strip_prefix(blobs, "nested."));
     }
+    GpuSplitStep& nested_gpu() const { return nested_gpu_split(*m_nested); }
 
     std::unique_ptr<Optimizer> m_nested;
 };

@@ -1,5 +1,5 @@
-// SGD as tcnn has it (no momentum; L2 regularisation on every parameter): config, state and the CPU
-// loop over sgd_update (optimizer_math.h).
+// SGD as tcnn has it (no momentum; L2 regularisation on every parameter): config, state, the CPU
+// loop over sgd_update (optimizer_math.h) and the GPU halves of a step.
 #include "optimizers/optimizer_impl.h"
 #include "optimizers/optimizer_math.h"
 
@@ -7,7 +7,7 @@ namespace tnn {
 
 namespace {
 
-class Sgd final : public Optimizer {
+class Sgd final : public Optimizer, public GpuSplitStep {
 public:
     explicit Sgd(ConfigReader& r) {
         m_learning_rate = r.get_float("learning_rate", 1e-3, 0.0);
@@ -24,11 +24,10 @@ public:
     }
 
 private:
-    void allocate_impl() override {}
+    void allocate_impl() override { m_scalars.allocate(m_device); }
 
     void step_impl(const Stream&, float loss_scale, float* weights_fp32, void* weights, DType weights_dtype,
                    const void* gradients, DType grad_dtype) override {
-        require_cpu_kernels(*this);
         const float lr = static_cast<float>(m_learning_rate), l2_reg = static_cast<float>(m_l2_reg);
         dispatch_grad_weight(grad_dtype, weights_dtype, [&](auto g, auto w) {
             using G = decltype(g);
@@ -44,6 +43,21 @@ private:
         });
     }
 
+    void gpu_prepare(const Stream& stream, const GpuStepArgs&, bool active) override {
+        optimizer_gpu::SgdScalars s{};
+        s.active = active;
+        if (active) {
+            s.learning_rate = static_cast<float>(m_learning_rate);
+            s.l2_reg = static_cast<float>(m_l2_reg);
+            ++m_step;
+        }
+        m_scalars.upload(stream, s);
+    }
+    void gpu_record(const Stream& stream, const GpuStepArgs& a) override {
+        optimizer_gpu::sgd_step(stream, m_scalars.get(), a.loss_scale, m_n_params, a.gradients, a.grad_dtype,
+                                a.weights_fp32, a.weights, a.weights_dtype);
+    }
+
     std::vector<StateBlob> state_impl(const Stream&) const override {
         return {scalar_blob("learning_rate", m_learning_rate)};
     }
@@ -52,6 +66,7 @@ private:
     }
 
     double m_learning_rate, m_l2_reg;
+    DeviceScalars<optimizer_gpu::SgdScalars> m_scalars;
 };
 
 }  // namespace

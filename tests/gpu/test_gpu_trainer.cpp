@@ -1,0 +1,430 @@
+// The Trainer on the GPU: full training steps against the CPU trainer (fp64 reference, fp32 CPU as the
+// naive result), graph-replayed steps against eager ones bit for bit for every network backend and
+// optimizer wrapper, graphs rebuilt when the views change, the opt-out, checkpoint resume, and bad
+// input. Models whose modules have no GPU kernels in this build are skipped with the reason.
+#include "gpu_test_util.h"
+
+#include <cstdio>
+#include <cstring>
+#include <tuple>
+
+using namespace tnn;
+using namespace tnn::test;
+
+namespace {
+
+constexpr uint32_t kInputDims = 3, kOutputDims = 2;
+
+// A model config as the cases name it: a bare network, or an encoding followed by a network.
+struct ModelCase {
+    std::string name;
+    json network;
+    json encoding;  // null: the bare network
+};
+
+std::ostream& operator<<(std::ostream& os, const ModelCase& m) { return os << m.name; }
+
+json mlp(const std::string& otype, const std::string& dtype, uint32_t width = 32) {
+    return {{"otype", otype}, {"n_neurons", width}, {"n_hidden_layers", 2}, {"activation", "Tanh"},
+            {"dtype", dtype}};
+}
+
+std::shared_ptr<Module> build_model(const ModelCase& m, const std::string& dtype_override = "") {
+    json net = m.network;
+    if (!dtype_override.empty()) {
+        net["dtype"] = dtype_override;
+        net["otype"] = "PortableMLP";  // the CPU reference of every MLP backend (same parameter layout)
+    }
+    if (m.encoding.is_null()) return std::shared_ptr<Module>(create_network(kInputDims, kOutputDims, net));
+    return std::shared_ptr<Module>(create_network_with_input_encoding(kInputDims, kOutputDims, m.encoding, net));
+}
+
+// The model on the GPU, or a skip reason (not registered, or no GPU kernels in this build).
+std::string gpu_unsupported(const ModelCase& m) {
+    try {
+        if (!build_model(m)->supports_device(Device::gpu(0)))
+            return m.name + ": not supported on the GPU in this build";
+    } catch (const Error& e) {
+        return m.name + ": not supported: " + e.what();
+    }
+    return "";
+}
+
+#define SKIP_UNLESS_GPU_MODEL(m)                                  \
+    do {                                                          \
+        TNN_SKIP_WITHOUT_GPU();                                   \
+        const std::string tnn_reason_ = gpu_unsupported(m);       \
+        if (!tnn_reason_.empty()) GTEST_SKIP() << tnn_reason_;    \
+    } while (0)
+
+// Batch k: inputs in [0, 1)^3, targets a smooth function of them (host, fp32).
+void make_batch(int k, int64_t rows, std::vector<float>& x, std::vector<float>& y) {
+    const auto u = random_vector(static_cast<size_t>(rows) * kInputDims, 0.0, 1.0, 500 + k);
+    x.assign(u.begin(), u.end());
+    y.resize(static_cast<size_t>(rows) * kOutputDims);
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* p = &x[r * kInputDims];
+        y[r * kOutputDims] = std::sin(3 * p[0]) * p[1];
+        y[r * kOutputDims + 1] = p[2] - p[0] * p[0];
+    }
+}
+
+std::unique_ptr<Trainer> make_trainer(std::shared_ptr<Module> model, const json& optimizer, Device device,
+                                      const json& loss = {{"otype", "L2"}}) {
+    return std::make_unique<Trainer>(std::move(model), std::shared_ptr<Loss>(create_loss(loss)),
+                                     std::shared_ptr<Optimizer>(create_optimizer(optimizer)), device, 42);
+}
+
+// Input and target buffers at fixed addresses on a device; each step copies new data into them (what a
+// training loop over a dataset does, and what lets a graph replay).
+struct Batch {
+    Tensor x, y;
+    Batch(int64_t rows, DType dtype, Device device)
+        : x(rows, kInputDims, dtype, device), y(rows, kOutputDims, dtype, device) {}
+    void load(const Stream& stream, int k) {
+        std::vector<float> hx, hy;
+        make_batch(k, x.rows(), hx, hy);
+        if (x.dtype() == DType::f32) {
+            copy_bytes(stream, x.data(), x.device(), hx.data(), Device::cpu(), hx.size() * sizeof(float));
+            copy_bytes(stream, y.data(), y.device(), hy.data(), Device::cpu(), hy.size() * sizeof(float));
+            stream.synchronize();  // the host vectors die here
+            return;
+        }
+        Tensor wx(x.rows(), kInputDims, x.dtype()), wy(y.rows(), kOutputDims, y.dtype());
+        convert(Stream::cpu(), ConstView(hx.data(), DType::f32, Device::cpu(), x.rows(), kInputDims), wx.view());
+        convert(Stream::cpu(), ConstView(hy.data(), DType::f32, Device::cpu(), y.rows(), kOutputDims), wy.view());
+        copy_bytes(stream, x.data(), x.device(), wx.data(), Device::cpu(), wx.bytes());
+        copy_bytes(stream, y.data(), y.device(), wy.data(), Device::cpu(), wy.bytes());
+        stream.synchronize();
+    }
+};
+
+bool loss_bits_equal(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+// ---- GPU training matches the CPU trainer.
+
+const std::vector<ModelCase>& reference_models() {
+    static const std::vector<ModelCase> models = {
+        {"PortableMLP", mlp("PortableMLP", "float32"), nullptr},
+        {"Identity+PortableMLP", mlp("PortableMLP", "float32"), {{"otype", "Identity"}, {"scale", 0.5}}},
+        {"Frequency+PortableMLP", mlp("PortableMLP", "float32"), {{"otype", "Frequency"}, {"n_frequencies", 3}}},
+    };
+    return models;
+}
+
+class GpuTrainerVsCpu : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(GpuTrainerVsCpu, StepsMatchTheCpuTrainer) {
+    const ModelCase& m = GetParam();
+    SKIP_UNLESS_GPU_MODEL(m);
+    // SGD keeps the comparison linear in the gradients: after k steps the weights moved by -lr times
+    // the sum of k gradients (plus the L2 term), so their error is the gradients' accumulation error.
+    // The reference runs the model in fp64 (the master weights stay fp32 on every trainer, so all three
+    // round the weights alike after each step).
+    const json sgd = {{"otype", "SGD"}, {"learning_rate", 0.05}, {"l2_reg", 1e-4}};
+    constexpr int kStepsToCompare = 4;
+    constexpr int64_t kRows = 1000;
+    auto gpu = make_trainer(build_model(m), sgd, Device::gpu(0));
+    auto cpu = make_trainer(build_model(m), sgd, Device::cpu());
+    auto ref = make_trainer(build_model(m, "float64"), sgd, Device::cpu());
+    TestStream stream(Device::gpu(0));
+    ASSERT_EQ(gpu->params_host(stream), cpu->params_host(Stream::cpu())) << "same seed, same initial weights";
+    const std::vector<float> start = cpu->params_host(Stream::cpu());
+
+    Batch gpu_batch(kRows, DType::f32, Device::gpu(0)), cpu_batch(kRows, DType::f32, Device::cpu()),
+        ref_batch(kRows, DType::f64, Device::cpu());
+    std::vector<double> gpu_losses, cpu_losses, ref_losses;
+    for (int k = 0; k < kStepsToCompare; ++k) {
+        gpu_batch.load(stream, k);
+        cpu_batch.load(Stream::cpu(), k);
+        ref_batch.load(Stream::cpu(), k);
+        gpu->step(stream, gpu_batch.x.view(), gpu_batch.y.view());
+        cpu->step(Stream::cpu(), cpu_batch.x.view(), cpu_batch.y.view());
+        ref->step(Stream::cpu(), ref_batch.x.view(), ref_batch.y.view());
+        gpu_losses.push_back(gpu->loss(stream));
+        cpu_losses.push_back(cpu->loss(Stream::cpu()));
+        ref_losses.push_back(ref->loss(Stream::cpu()));
+    }
+    // The chain behind one weight's update: the forward fan-ins (padded input <= 32, two hidden layers
+    // of 32), the backward fan-outs (32, 32, 2 outputs) and the batch (the weight gradient's reduction),
+    // once per step. expect_matches_reference derives its bounds from that length (elementwise n*eps of
+    // the magnitude, and no worse than 4x the CPU fp32 trainer in whole-tensor L2).
+    const Module& model = gpu->model();
+    const double fan_ins = (32 + 32 + 32) + (32 + 32 + 2);
+    const double n_terms = kStepsToCompare * (fan_ins + kRows);
+    auto updates = [&](const std::vector<float>& w) {
+        std::vector<double> u(w.size());
+        for (size_t i = 0; i < w.size(); ++i) u[i] = static_cast<double>(w[i]) - static_cast<double>(start[i]);
+        return u;
+    };
+    const std::vector<float> got = gpu->params_host(stream), naive = cpu->params_host(Stream::cpu());
+    const std::vector<float> ref_w = ref->params_host(Stream::cpu());
+    std::vector<float> got_u(got.size()), naive_u(got.size());
+    const std::vector<double> gu = updates(got), nu = updates(naive), ru = updates(ref_w);
+    for (size_t i = 0; i < got.size(); ++i) {
+        got_u[i] = static_cast<float>(gu[i]);
+        naive_u[i] = static_cast<float>(nu[i]);
+    }
+    ASSERT_EQ(got.size(), model.n_params());
+    expect_matches_reference(got_u, ru, naive_u, {dtype_epsilon(DType::f32), n_terms}, m.name + " weight updates");
+    // The loss is a mean over the batch of per-element terms: its relative error is the network chain's
+    // (fan-ins) plus the sum over rows*cols terms.
+    const double loss_terms = fan_ins + kRows * kOutputDims;
+    for (int k = 0; k < kStepsToCompare; ++k)
+        EXPECT_NEAR(gpu_losses[k], ref_losses[k], loss_terms * dtype_epsilon(DType::f32) * ref_losses[k])
+            << m.name << " loss of step " << k + 1 << " (CPU fp32: " << cpu_losses[k] << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GpuTrainerVsCpu, ::testing::ValuesIn(reference_models()),
+                         [](const auto& info) {
+                             std::string n = info.param.name;
+                             for (char& c : n)
+                                 if (c == '+') c = '_';
+                             return n;
+                         });
+
+// ---- Graph-replayed steps equal eager steps, bit for bit.
+
+const std::vector<ModelCase>& graph_models() {
+    static const std::vector<ModelCase> models = {
+        {"PortableMLP_f32", mlp("PortableMLP", "float32"), nullptr},
+        {"BlasLtMLP_f32", mlp("BlasLtMLP", "float32"), nullptr},
+        {"BlasLtMLP_f16", mlp("BlasLtMLP", "float16"), nullptr},
+        {"FullyFusedMLP_f16", mlp("FullyFusedMLP", "float16", 64), nullptr},
+        {"Frequency_PortableMLP_f32", mlp("PortableMLP", "float32"), {{"otype", "Frequency"}, {"n_frequencies", 2}}},
+        {"HashGrid_FullyFusedMLP_f16", mlp("FullyFusedMLP", "float16", 64),
+         {{"otype", "HashGrid"}, {"n_levels", 4}, {"log2_hashmap_size", 12}, {"base_resolution", 4}}},
+    };
+    return models;
+}
+
+struct OptimizerConfig {
+    std::string name;
+    json config;  // "@half" in n_params_to_optimize: half of the model's parameters
+};
+
+const std::vector<OptimizerConfig>& graph_optimizers() {
+    const json adam = {{"otype", "Adam"}, {"learning_rate", 1e-2}};
+    static const std::vector<OptimizerConfig> opts = {
+        {"Adam", adam},
+        {"EMA", {{"otype", "EMA"}, {"decay", 0.9}, {"nested", adam}}},
+        {"Batched", {{"otype", "Batched"}, {"batch_size_multiplier", 3}, {"nested", adam}}},
+        {"Lookahead", {{"otype", "Lookahead"}, {"n_steps", 2}, {"nested", adam}}},
+        {"ExponentialDecay",
+         {{"otype", "ExponentialDecay"},
+          {"decay_start", 1},
+          {"decay_interval", 2},
+          {"decay_base", 0.5},
+          {"nested", adam}}},
+        {"Average", {{"otype", "Average"}, {"n_samples", 3}, {"nested", {{"otype", "SGD"}, {"learning_rate", 0.05}}}}},
+        {"Novograd", {{"otype", "Novograd"}, {"learning_rate", 1e-2}}},
+        {"Composite",
+         {{"otype", "Composite"},
+          {"nested", json::array({json{{"otype", "EMA"}, {"nested", adam}, {"n_params_to_optimize", "@half"}},
+                                  json{{"otype", "Novograd"}, {"learning_rate", 1e-2}}})}}},
+    };
+    return opts;
+}
+
+json resolve(json config, size_t n_params) {
+    if (config.is_object()) {
+        for (auto& [key, value] : config.items()) {
+            if (value == "@half") value = n_params / 2;
+            else value = resolve(value, n_params);
+        }
+    } else if (config.is_array()) {
+        for (auto& v : config) v = resolve(v, n_params);
+    }
+    return config;
+}
+
+// Runs `steps` training steps of two trainers with the same seed, one replaying graphs and one not,
+// each with its own stream and batch buffers, comparing the loss after every step and the weights and
+// inference at the end.
+void expect_graphs_change_nothing(const ModelCase& m, const json& optimizer, int steps, int64_t rows) {
+    const size_t n_params = build_model(m)->n_params();
+    const json opt = resolve(optimizer, n_params);
+    auto graphed = make_trainer(build_model(m), opt, Device::gpu(0));
+    auto eager = make_trainer(build_model(m), opt, Device::gpu(0));
+    eager->set_use_graphs(false);
+    ASSERT_TRUE(graphed->use_graphs()) << "graphs are on by default";
+    TestStream s1(Device::gpu(0)), s2(Device::gpu(0));
+    Batch b1(rows, DType::f32, Device::gpu(0)), b2(rows, DType::f32, Device::gpu(0));
+    for (int k = 0; k < steps; ++k) {
+        b1.load(s1, k);
+        b2.load(s2, k);
+        graphed->step(s1, b1.x.view(), b1.y.view());
+        eager->step(s2, b2.x.view(), b2.y.view());
+        const double a = graphed->loss(s1), b = eager->loss(s2);
+        EXPECT_TRUE(loss_bits_equal(a, b)) << m.name << ": loss of step " << k + 1 << ": " << a << " vs " << b;
+    }
+    expect_same_bits(graphed->params_host(s1), eager->params_host(s2), m.name + " weights");
+    EXPECT_EQ(graphed->step_count(), eager->step_count());
+    EXPECT_EQ(graphed->graph_captures(), 1u) << m.name << ": the step is captured once, at the third step";
+    EXPECT_EQ(graphed->graph_steps(), static_cast<uint64_t>(steps - 2));
+    EXPECT_EQ(eager->graph_captures(), 0u);
+    // Inference (through the optimizer's inference weights where it has them).
+    Tensor y1(rows, kOutputDims, graphed->model().output_dtype(), Device::gpu(0));
+    Tensor y2(rows, kOutputDims, eager->model().output_dtype(), Device::gpu(0));
+    graphed->inference(s1, b1.x.view(), y1.view());
+    eager->inference(s2, b1.x.view(), y2.view());
+    s1.stream().synchronize();
+    s2.stream().synchronize();
+    expect_same_bits(to_floats(y1), to_floats(y2), m.name + " inference");
+    const auto state_a = graphed->optimizer().state(s1), state_b = eager->optimizer().state(s2);
+    ASSERT_EQ(state_a.size(), state_b.size());
+    for (size_t i = 0; i < state_a.size(); ++i)
+        EXPECT_TRUE(state_a[i].bytes == state_b[i].bytes) << m.name << ": optimizer state '" << state_a[i].name << "'";
+}
+
+using GraphCase = std::tuple<ModelCase, OptimizerConfig>;
+class GpuTrainerGraphs : public ::testing::TestWithParam<GraphCase> {};
+
+TEST_P(GpuTrainerGraphs, ReplaysEqualEagerSteps) {
+    const auto& [m, opt] = GetParam();
+    SKIP_UNLESS_GPU_MODEL(m);
+    expect_graphs_change_nothing(m, opt.config, 9, 777);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuTrainerGraphs,
+                         ::testing::Combine(::testing::ValuesIn(graph_models()),
+                                            ::testing::ValuesIn(graph_optimizers())),
+                         [](const auto& info) {
+                             return std::get<0>(info.param).name + "_" + std::get<1>(info.param).name;
+                         });
+
+const ModelCase& portable() { return graph_models()[0]; }
+
+TEST(GpuTrainerGraphRules, RebuiltWhenViewsChange) {
+    SKIP_UNLESS_GPU_MODEL(portable());
+    const json adam = {{"otype", "Adam"}, {"learning_rate", 1e-2}};
+    auto graphed = make_trainer(build_model(portable()), adam, Device::gpu(0));
+    auto eager = make_trainer(build_model(portable()), adam, Device::gpu(0));
+    eager->set_use_graphs(false);
+    TestStream s1(Device::gpu(0)), s2(Device::gpu(0));
+    const Device gpu = Device::gpu(0);
+    Batch x1(512, DType::f32, gpu), y1(512, DType::f32, gpu), small1(300, DType::f32, gpu);
+    Batch x2(512, DType::f32, gpu), y2(512, DType::f32, gpu), small2(300, DType::f32, gpu);
+    Tensor pdf1(512, 1, DType::f32, Device::gpu(0)), pdf2(512, 1, DType::f32, Device::gpu(0));
+    fill(s1, pdf1.view(), 0.75);
+    fill(s2, pdf2.view(), 0.75);
+    const ConstView pdf_view1 = pdf1.view(), pdf_view2 = pdf2.view();
+    int k = 0;
+    auto run = [&](Batch& a, Batch& b, int n, bool with_pdf) {
+        for (int i = 0; i < n; ++i, ++k) {
+            a.load(s1, k);
+            b.load(s2, k);
+            graphed->step(s1, a.x.view(), a.y.view(), with_pdf ? &pdf_view1 : nullptr);
+            eager->step(s2, b.x.view(), b.y.view(), with_pdf ? &pdf_view2 : nullptr);
+            const double la = graphed->loss(s1), lb = eager->loss(s2);
+            EXPECT_TRUE(loss_bits_equal(la, lb)) << "step " << k + 1 << ": " << la << " vs " << lb;
+        }
+    };
+    run(x1, x2, 4, false);  // captured at the 3rd step, replayed at the 4th
+    EXPECT_EQ(graphed->graph_captures(), 1u);
+    run(y1, y2, 4, false);  // other pointers: eager twice, captured again
+    EXPECT_EQ(graphed->graph_captures(), 2u);
+    run(y1, y2, 3, true);  // a pdf is another view
+    EXPECT_EQ(graphed->graph_captures(), 3u);
+    run(small1, small2, 3, false);  // another batch size (new per-step buffers too)
+    EXPECT_EQ(graphed->graph_captures(), 4u);
+    run(x1, x2, 2, false);  // back to the first views: the old graph was dropped, two eager steps
+    EXPECT_EQ(graphed->graph_captures(), 4u);
+    EXPECT_EQ(graphed->graph_steps(), 2u + 2u + 1u + 1u);
+    // A reset optimizer (new state arrays) is noticed: the next steps run eagerly, then capture anew.
+    graphed->optimizer().allocate(Device::gpu(0), graphed->model().n_params(), graphed->model().n_matrix_params());
+    eager->optimizer().allocate(Device::gpu(0), eager->model().n_params(), eager->model().n_matrix_params());
+    run(x1, x2, 3, false);
+    EXPECT_EQ(graphed->graph_captures(), 5u);
+    expect_same_bits(graphed->params_host(s1), eager->params_host(s2), "weights");
+}
+
+TEST(GpuTrainerGraphRules, OptOutAndTheLegacyDefaultStream) {
+    SKIP_UNLESS_GPU_MODEL(portable());
+    const json adam = {{"otype", "Adam"}, {"learning_rate", 1e-2}};
+    auto off = make_trainer(build_model(portable()), adam, Device::gpu(0));
+    off->set_use_graphs(false);
+    auto legacy = make_trainer(build_model(portable()), adam, Device::gpu(0));
+    TestStream stream(Device::gpu(0));
+    const Stream default_stream = Stream::gpu(nullptr, 0);
+    Batch b1(256, DType::f32, Device::gpu(0)), b2(256, DType::f32, Device::gpu(0));
+    for (int k = 0; k < 5; ++k) {
+        b1.load(stream, k);
+        b2.load(default_stream, k);
+        off->step(stream, b1.x.view(), b1.y.view());
+        legacy->step(default_stream, b2.x.view(), b2.y.view());  // cannot be captured: runs eagerly
+    }
+    EXPECT_EQ(off->graph_captures(), 0u);
+    EXPECT_EQ(legacy->graph_captures(), 0u);
+    expect_same_bits(off->params_host(stream), legacy->params_host(default_stream), "weights");
+    // Turning graphs on again: captured at the third step with the same views.
+    off->set_use_graphs(true);
+    for (int k = 5; k < 8; ++k) {
+        b1.load(stream, k);
+        off->step(stream, b1.x.view(), b1.y.view());
+    }
+    EXPECT_EQ(off->graph_captures(), 1u);
+}
+
+TEST(GpuTrainerCheckpoint, ResumeIsBitExactOnTheGpu) {
+    SKIP_UNLESS_GPU_MODEL(portable());
+    const json opt = {{"otype", "EMA"}, {"nested", {{"otype", "Adam"}, {"learning_rate", 1e-2}}}};
+    TestStream stream(Device::gpu(0));
+    Batch b(400, DType::f32, Device::gpu(0));
+    auto straight = make_trainer(build_model(portable()), opt, Device::gpu(0));
+    for (int k = 0; k < 10; ++k) {
+        b.load(stream, k);
+        straight->step(stream, b.x.view(), b.y.view());
+    }
+    auto first = make_trainer(build_model(portable()), opt, Device::gpu(0));
+    for (int k = 0; k < 5; ++k) {
+        b.load(stream, k);
+        first->step(stream, b.x.view(), b.y.view());
+    }
+    const std::string path = ::testing::TempDir() + "tnn_gpu_trainer_resume.tnn";
+    first->save(stream, path);
+    auto resumed = make_trainer(build_model(portable()), opt, Device::gpu(0));
+    resumed->load(stream, path);
+    EXPECT_EQ(resumed->step_count(), 5u);
+    for (int k = 5; k < 10; ++k) {
+        b.load(stream, k);
+        resumed->step(stream, b.x.view(), b.y.view());
+    }
+    expect_same_bits(resumed->params_host(stream), straight->params_host(stream), "resumed weights");
+    EXPECT_TRUE(loss_bits_equal(resumed->loss(stream), straight->loss(stream)));
+    std::remove(path.c_str());
+}
+
+TEST(GpuTrainerErrors, BadInputIsRefusedBeforeAndAfterCapture) {
+    SKIP_UNLESS_GPU_MODEL(portable());
+    auto t = make_trainer(build_model(portable()), {{"otype", "Adam"}}, Device::gpu(0));
+    TestStream stream(Device::gpu(0));
+    Batch b(64, DType::f32, Device::gpu(0));
+    Tensor host_x(64, kInputDims, DType::f32), wide_y(64, kOutputDims + 1, DType::f32, Device::gpu(0));
+    Tensor y64(64, kOutputDims, DType::f64, Device::gpu(0)), short_y(63, kOutputDims, DType::f32, Device::gpu(0));
+    auto expect_refused = [&] {
+        EXPECT_THROW(t->step(stream, host_x.view(), b.y.view()), DeviceError);
+        EXPECT_THROW(t->step(Stream::cpu(), b.x.view(), b.y.view()), DeviceError);
+        EXPECT_THROW(t->step(stream, b.x.view(), wide_y.view()), ShapeError);
+        EXPECT_THROW(t->step(stream, b.x.view(), short_y.view()), ShapeError);
+        EXPECT_THROW(t->step(stream, b.x.view(), y64.view()), DTypeError);
+        View lie = host_x.view();
+        lie.device = Device::gpu(0);
+        EXPECT_THROW(t->step(stream, lie, b.y.view()), DeviceError);
+    };
+    EXPECT_THROW(t->loss(stream), Error) << "no step yet";
+    expect_refused();
+    for (int k = 0; k < 4; ++k) {
+        b.load(stream, k);
+        t->step(stream, b.x.view(), b.y.view());
+    }
+    EXPECT_EQ(t->graph_captures(), 1u);
+    expect_refused();  // validation runs before any replay
+    EXPECT_EQ(t->step_count(), 4u) << "refused steps must not count";
+    b.load(stream, 4);
+    t->step(stream, b.x.view(), b.y.view());
+    EXPECT_EQ(t->graph_steps(), 3u) << "the graph survives refused calls";
+    EXPECT_TRUE(std::isfinite(t->loss(stream)));
+}
+
+}  // namespace
