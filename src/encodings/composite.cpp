@@ -7,6 +7,7 @@
 // Product pad every nested output to a common width the same way and reduce lane by lane.
 #include "core/parallel.h"
 #include "encodings/encoding_registry.h"
+#include "encodings/encodings_gpu.h"
 
 #include <algorithm>
 #include <numeric>
@@ -36,6 +37,33 @@ struct Nested {
 struct CompositeContext : Context {
     std::vector<std::unique_ptr<Context>> nested;
     std::vector<Tensor> outputs;  // Sum / Product: each nested output, [rows, width_i] in the composite's dtype
+    Stream stream;                // of the forward pass (GPU: `outputs` is its temporary memory)
+};
+
+// A GPU backward pass on another stream than its forward first waits for the forward's work, and
+// leaves the forward's stream waiting for itself (the context's memory returns to that stream's pool).
+class ForwardStreamOrder {
+public:
+    ForwardStreamOrder(const Stream& stream, const CompositeContext& ctx) : m_stream(stream), m_ctx(ctx) {
+#ifdef TNN_WITH_GPU
+        if (stream.device().is_gpu()) composite_gpu::stream_wait(stream, ctx.stream);
+#endif  // TNN_WITH_GPU
+    }
+    ~ForwardStreamOrder() {
+#ifdef TNN_WITH_GPU
+        try {
+            if (m_stream.device().is_gpu()) composite_gpu::stream_wait(m_ctx.stream, m_stream);
+        } catch (const Error& e) {
+            log(LogLevel::warning, msg("Composite encoding: could not order the forward stream after backward: ", e.what()));
+        }
+#endif  // TNN_WITH_GPU
+    }
+    ForwardStreamOrder(const ForwardStreamOrder&) = delete;
+    ForwardStreamOrder& operator=(const ForwardStreamOrder&) = delete;
+
+private:
+    const Stream& m_stream;
+    const CompositeContext& m_ctx;
 };
 
 class CompositeEncoding final : public Encoding, public AlignedOutput {
@@ -120,6 +148,7 @@ private:
     std::unique_ptr<CompositeContext> run_forward(const Stream& stream, ConstView in, View out, const void* params,
                                                   bool prepare, bool inference) const {
         auto ctx = std::make_unique<CompositeContext>();
+        ctx->stream = stream;
         for (size_t i = 0; i < m_nested.size(); ++i) {
             const Nested& n = m_nested[i];
             View y;
@@ -128,7 +157,7 @@ private:
                 fill(stream, out.cols_slice(n.output_begin + n.width(), n.padded_width - n.width()),
                      n.encoding->padding_value());
             } else {
-                ctx->outputs.emplace_back(in.rows, n.width(), param_dtype());
+                ctx->outputs.push_back(Tensor::temporary(stream, in.rows, n.width(), param_dtype()));
                 y = ctx->outputs.back().view();
             }
             if (inference)
@@ -138,6 +167,14 @@ private:
                     n.encoding->forward(stream, nested_input(in, n), y, nested_params(params, n), prepare));
         }
         if (m_reduction == Reduction::Concatenation) return ctx;
+        if (in.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+            composite_gpu::reduce(stream, m_reduction == Reduction::Product, output_lanes(*ctx), out);
+            return ctx;
+#else
+            throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+        }
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;
@@ -164,11 +201,20 @@ private:
 
     // dL/dy_i of nested i: a slice of dL/dy (Concatenation, Sum) or, for Product,
     // dL/dy_i = dL/dy * prod_{l != i} y_l, written into `storage`.
-    ConstView nested_output_gradient(const CompositeContext& ctx, size_t i, ConstView dL_dout, Tensor& storage) const {
+    ConstView nested_output_gradient(const Stream& stream, const CompositeContext& ctx, size_t i, ConstView dL_dout,
+                                     Tensor& storage) const {
         const Nested& n = m_nested[i];
         if (m_reduction == Reduction::Concatenation) return dL_dout.cols_slice(n.output_begin, n.width());
         if (m_reduction == Reduction::Sum) return dL_dout.cols_slice(0, n.width());
-        storage = Tensor(dL_dout.rows, n.width(), param_dtype());
+        storage = Tensor::temporary(stream, dL_dout.rows, n.width(), param_dtype());
+        if (dL_dout.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+            composite_gpu::product_gradient(stream, output_lanes(ctx), i, dL_dout, storage.view());
+            return storage.view();
+#else
+            throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+        }
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;
@@ -193,7 +239,11 @@ private:
     }
 
     // dst[:, begin + c] += src[:, c] (input dtype; nested encodings may share input dimensions).
-    static void add_columns(View dst, uint32_t begin, ConstView src) {
+    static void add_columns(const Stream& stream, View dst, uint32_t begin, ConstView src) {
+        if (dst.device.is_gpu()) {
+            add(stream, src, dst.cols_slice(begin, src.cols));
+            return;
+        }
         for (int64_t r = 0; r < src.rows; ++r)
             for (int64_t c = 0; c < src.cols; ++c) {
                 if (dst.dtype == DType::f64)
@@ -206,20 +256,21 @@ private:
     void backward_impl(const Stream& stream, const Context& ctx_in, ConstView in, ConstView out, ConstView dL_dout,
                        View* dL_din, void* dL_dparams, const void* params, GradMode mode) const override {
         const CompositeContext& ctx = context(ctx_in);
+        const ForwardStreamOrder order(stream, ctx);
         if (dL_din) fill(stream, *dL_din, 0.0);
         for (size_t i = 0; i < m_nested.size(); ++i) {
             const Nested& n = m_nested[i];
             Tensor g_storage, dx;
-            const ConstView g = nested_output_gradient(ctx, i, dL_dout, g_storage);
+            const ConstView g = nested_output_gradient(stream, ctx, i, dL_dout, g_storage);
             View dx_view;
             if (dL_din) {
-                dx = Tensor(in.rows, n.n_dims(), in.dtype);
+                dx = Tensor::temporary(stream, in.rows, n.n_dims(), in.dtype);
                 dx_view = dx.view();
             }
             n.encoding->backward(stream, *ctx.nested[i], nested_input(in, n), nested_output(ctx, i, out), g,
                                  dL_din ? &dx_view : nullptr, nested_params(dL_dparams, n), nested_params(params, n),
                                  mode);
-            if (dL_din) add_columns(*dL_din, n.input_begin, dx.view());
+            if (dL_din) add_columns(stream, *dL_din, n.input_begin, dx.view());
         }
     }
 
@@ -232,6 +283,7 @@ private:
                                       ConstView dL_dout, View* dL_ddLdout, View* dL_din, void* dL_dparams,
                                       const void* params, GradMode mode) const override {
         const CompositeContext& ctx = context(ctx_in);
+        const ForwardStreamOrder order(stream, ctx);
         const bool product = m_reduction == Reduction::Product;
         if (dL_din) fill(stream, *dL_din, 0.0);
         if (dL_ddLdout) fill(stream, *dL_ddLdout, 0.0);
@@ -239,28 +291,36 @@ private:
         for (size_t i = 0; i < m_nested.size(); ++i) {
             const Nested& n = m_nested[i];
             Tensor g_storage, dx;
-            const ConstView g = nested_output_gradient(ctx, i, dL_dout, g_storage);
+            const ConstView g = nested_output_gradient(stream, ctx, i, dL_dout, g_storage);
             View w_view, dx_view;
             const bool want_w = dL_ddLdout || (product && (dL_din || dL_dparams));
             if (want_w) {
                 if (m_reduction == Reduction::Concatenation) {
                     w_view = dL_ddLdout->cols_slice(n.output_begin, n.width());
                 } else {
-                    w[i] = Tensor(in.rows, n.width(), param_dtype());
+                    w[i] = Tensor::temporary(stream, in.rows, n.width(), param_dtype());
                     w_view = w[i].view();
                 }
             }
             if (dL_din) {
-                dx = Tensor(in.rows, n.n_dims(), in.dtype);
+                dx = Tensor::temporary(stream, in.rows, n.n_dims(), in.dtype);
                 dx_view = dx.view();
             }
             n.encoding->backward_backward_input(stream, *ctx.nested[i], nested_input(in, n),
                                                 dL_ddLdin.cols_slice(n.input_begin, n.n_dims()), g,
                                                 want_w ? &w_view : nullptr, dL_din ? &dx_view : nullptr,
                                                 nested_params(dL_dparams, n), nested_params(params, n), mode);
-            if (dL_din) add_columns(*dL_din, n.input_begin, dx.view());
+            if (dL_din) add_columns(stream, *dL_din, n.input_begin, dx.view());
         }
         if (m_reduction == Reduction::Concatenation) return;
+        if (in.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+            reduction_second_order_gpu(stream, ctx, in, dL_dout, w, dL_ddLdout, dL_din, dL_dparams, params);
+            return;
+#else
+            throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+        }
 
         with_type([&](auto t) {
             using T = decltype(t);
@@ -302,16 +362,56 @@ private:
                         }
                 });
                 if (dL_din) {
-                    dx = Tensor(in.rows, n.n_dims(), in.dtype);
+                    dx = Tensor::temporary(stream, in.rows, n.n_dims(), in.dtype);
                     dx_view = dx.view();
                 }
                 n.encoding->backward(stream, *ctx.nested[l], nested_input(in, n), nested_output(ctx, l, ConstView()),
                                      u.view(), dL_din ? &dx_view : nullptr, nested_params(dL_dparams, n),
                                      nested_params(params, n), GradMode::accumulate);
-                if (dL_din) add_columns(*dL_din, n.input_begin, dx.view());
+                if (dL_din) add_columns(stream, *dL_din, n.input_begin, dx.view());
             }
         });
     }
+
+#ifdef TNN_WITH_GPU
+    // ---- GPU: the same reductions as the CPU loops above, as kernels (composite.cu) --------------
+
+    // Nested output i as padded lanes (its padding value beyond its width).
+    std::vector<composite_gpu::Lanes> output_lanes(const CompositeContext& ctx) const {
+        std::vector<composite_gpu::Lanes> lanes(m_nested.size());
+        for (size_t i = 0; i < m_nested.size(); ++i)
+            lanes[i] = {ctx.outputs[i].data(), m_nested[i].width(), m_nested[i].width(),
+                        m_nested[i].encoding->padding_value()};
+        return lanes;
+    }
+
+    // The Sum / Product tail of backward_backward_input_impl: dL'/d(dL/dy) from the nested w_i, and for
+    // Product the extra dL'/dy_l pushed through nested l's first-order backward.
+    void reduction_second_order_gpu(const Stream& stream, const CompositeContext& ctx, ConstView in, ConstView dL_dout,
+                                    const std::vector<Tensor>& w, View* dL_ddLdout, View* dL_din, void* dL_dparams,
+                                    const void* params) const {
+        const bool product = m_reduction == Reduction::Product;
+        const std::vector<composite_gpu::Lanes> y = output_lanes(ctx);
+        std::vector<composite_gpu::Lanes> wl(m_nested.size());
+        for (size_t i = 0; i < m_nested.size(); ++i) wl[i] = {w[i].data(), m_nested[i].width(), m_nested[i].width(), 0.0f};
+        if (dL_ddLdout) composite_gpu::second_order_output(stream, product, y, wl, *dL_ddLdout);
+        if (!product || (!dL_din && !dL_dparams)) return;
+        for (size_t l = 0; l < m_nested.size(); ++l) {
+            const Nested& n = m_nested[l];
+            Tensor u = Tensor::temporary(stream, in.rows, n.width(), param_dtype()), dx;
+            composite_gpu::product_second_order(stream, y, wl, l, dL_dout, u.view());
+            View dx_view;
+            if (dL_din) {
+                dx = Tensor::temporary(stream, in.rows, n.n_dims(), in.dtype);
+                dx_view = dx.view();
+            }
+            n.encoding->backward(stream, *ctx.nested[l], nested_input(in, n), nested_output(ctx, l, ConstView()),
+                                 u.view(), dL_din ? &dx_view : nullptr, nested_params(dL_dparams, n),
+                                 nested_params(params, n), GradMode::accumulate);
+            if (dL_din) add_columns(stream, *dL_din, n.input_begin, dx.view());
+        }
+    }
+#endif  // TNN_WITH_GPU
 
     Reduction m_reduction;
     std::vector<Nested> m_nested;

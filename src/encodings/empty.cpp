@@ -13,7 +13,8 @@ public:
     std::string name() const override { return "Empty"; }
     json hyperparams() const override { return {{"otype", "Empty"}}; }
     void init_params(Pcg32&, float*) const override {}
-    bool supports_device(Device d) const override { return d.is_cpu(); }
+    // Only fills (tnn::fill runs on every device).
+    bool supports_device(Device d) const override { return d.is_cpu() || param_dtype() != DType::f64; }
     bool supports_backward_backward() const override { return true; }
 
 private:

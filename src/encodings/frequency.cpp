@@ -15,6 +15,12 @@ struct FrequencyLanes {
 
     uint32_t width() const { return 2 * n_frequencies; }
     json hyperparams() const { return {{"otype", kName}, {"n_frequencies", n_frequencies}}; }
+    PerDimLanesGpu gpu_lanes() const {
+        PerDimLanesGpu g;
+        g.kind = PerDimLanesGpu::Kind::Frequency;
+        g.width = width();
+        return g;
+    }
     template <typename A> void eval(A x, A* f, A* df, A* d2f) const {
         for (uint32_t j = 0; j < width(); ++j)
             frequency_lane(x, j, f ? f + j : nullptr, df ? df + j : nullptr, d2f ? d2f + j : nullptr);

@@ -7,6 +7,7 @@
 // gradients are reduced one level per task, rows in order, so they never depend on the thread count.
 #include "core/parallel.h"
 #include "encodings/encoding_registry.h"
+#include "encodings/grid_gpu.h"
 #include "encodings/grid_math.h"
 
 #include <algorithm>
@@ -44,6 +45,7 @@ struct GridOptions {
     HashType hash = HashType::CoherentPrime;
     Interpolation interpolation = Interpolation::Linear;
     bool stochastic_interpolation = false;
+    bool deterministic = false;  // GPU: ordered (fixed-point) parameter-gradient reduction; the CPU always is
 };
 
 struct GridLevel {
@@ -61,7 +63,23 @@ public:
     GridEncoding(const GridOptions& o, DType dtype, std::vector<GridLevel> levels, size_t n_params)
         : Encoding(o.n_dims, o.n_levels * o.n_features_per_level, n_params, dtype, dtype),
           m_options(o),
-          m_levels(std::move(levels)) {}
+          m_levels(std::move(levels)) {
+#ifdef TNN_WITH_GPU
+        m_gpu.n_dims = o.n_dims;
+        m_gpu.n_levels = o.n_levels;
+        m_gpu.n_features = o.n_features_per_level;
+        m_gpu.dtype = dtype;
+        m_gpu.hash = o.hash;
+        m_gpu.interpolation = o.interpolation;
+        m_gpu.stochastic_interpolation = o.stochastic_interpolation;
+        m_gpu.deterministic = o.deterministic;
+        m_gpu.n_params = n_params;
+        for (uint32_t l = 0; l < o.n_levels; ++l) {
+            const GridLevel& L = m_levels[l];
+            m_gpu.levels[l] = grid_gpu::make_level_info(o.type, o.n_dims, L.offset, L.size, L.resolution, L.scale);
+        }
+#endif  // TNN_WITH_GPU
+    }
 
     std::string name() const override {
         return m_options.type == GridType::Hash ? "HashGrid"
@@ -78,6 +96,7 @@ public:
                   {"hash", hash_names()[static_cast<size_t>(m_options.hash)]}};
         if (m_options.type == GridType::Hash) j["log2_hashmap_size"] = m_options.log2_hashmap_size;
         if (m_options.stochastic_interpolation) j["stochastic_interpolation"] = true;
+        if (m_options.deterministic) j["deterministic"] = true;
         return j;
     }
 
@@ -101,7 +120,8 @@ public:
     float padding_value() const override { return 0.0f; }
     void set_max_level(float max_level) override { m_max_level.store(max_level); }
     uint32_t required_output_alignment() const override { return m_options.n_features_per_level; }
-    bool supports_device(Device d) const override { return d.is_cpu(); }
+    // GPU kernels exist for fp32, fp16 and bf16 (fp64 is the CPU oracle's precision).
+    bool supports_device(Device d) const override { return d.is_cpu() || param_dtype() != DType::f64; }
     bool supports_backward_backward() const override { return true; }
 
 private:
@@ -135,20 +155,45 @@ private:
 
     // ---- forward: y_{l,f} = sum_c W_c V_c[f] (Nearest: the value at the lower vertex) -------------
 
-    std::unique_ptr<Context> forward_impl(const Stream&, ConstView in, View out, const void* params,
+    std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView in, View out, const void* params,
                                           bool) const override {
         auto ctx = std::make_unique<GridContext>();
         ctx->max_level = m_max_level.load();
+        if (in.device.is_gpu()) {
+            forward_gpu(stream, in, out, params, ctx->max_level);
+            return ctx;
+        }
         with_type([&](auto t) {
             forward_cpu<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), ctx->max_level);
         });
         return ctx;
     }
 
-    void inference_impl(const Stream&, ConstView in, View out, const void* params) const override {
+    void inference_impl(const Stream& stream, ConstView in, View out, const void* params) const override {
+        if (in.device.is_gpu()) {
+            forward_gpu(stream, in, out, params, m_max_level.load());
+            return;
+        }
         with_type([&](auto t) {
             forward_cpu<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), m_max_level.load());
         });
+    }
+
+    // ---- GPU dispatch (grid.cu): the same level table, the switched-off levels as a count ----------
+
+    // Levels [0, n) are on: level_active is monotone in the level.
+    uint32_t n_active_levels(float max_level) const {
+        uint32_t n = 0;
+        while (n < m_options.n_levels && active(n, max_level)) ++n;
+        return n;
+    }
+
+    void forward_gpu(const Stream& stream, ConstView in, View out, const void* params, float max_level) const {
+#ifdef TNN_WITH_GPU
+        grid_gpu::forward(m_gpu, stream, in, out, params, n_active_levels(max_level));
+#else
+        throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
     }
 
     template <typename T> void forward_cpu(ConstView in, View out, const T* params, float max_level) const {
@@ -192,9 +237,18 @@ private:
         return c->max_level;
     }
 
-    void backward_impl(const Stream&, const Context& ctx, ConstView in, ConstView, ConstView dL_dout, View* dL_din,
-                       void* dL_dparams, const void* params, GradMode mode) const override {
+    void backward_impl(const Stream& stream, const Context& ctx, ConstView in, ConstView, ConstView dL_dout,
+                       View* dL_din, void* dL_dparams, const void* params, GradMode mode) const override {
         const float max_level = context_max_level(ctx);
+        if (in.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+            grid_gpu::backward(m_gpu, stream, in, dL_dout, dL_din, dL_dparams, params, mode,
+                               n_active_levels(max_level));
+            return;
+#else
+            throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+        }
         with_type([&](auto t) {
             using T = decltype(t);
             if (dL_dparams) param_gradients<T>(in, dL_dout, nullptr, static_cast<T*>(dL_dparams), mode, max_level);
@@ -287,10 +341,19 @@ private:
     //   dL'/dx_h     = sum_l sum_c (sum_g v_g d2W_c/(dx_g dx_h)) sum_f g_{l,f} V_c[f]
     // Nearest has zero derivatives in x, so all three vanish.
 
-    void backward_backward_input_impl(const Stream&, const Context& ctx, ConstView in, ConstView dL_ddLdin,
+    void backward_backward_input_impl(const Stream& stream, const Context& ctx, ConstView in, ConstView dL_ddLdin,
                                       ConstView dL_dout, View* dL_ddLdout, View* dL_din, void* dL_dparams,
                                       const void* params, GradMode mode) const override {
         const float max_level = context_max_level(ctx);
+        if (in.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+            grid_gpu::backward_backward_input(m_gpu, stream, in, dL_ddLdin, dL_dout, dL_ddLdout, dL_din, dL_dparams,
+                                              params, mode, n_active_levels(max_level));
+            return;
+#else
+            throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+        }
         with_type([&](auto t) {
             using T = decltype(t);
             if (dL_dparams) param_gradients<T>(in, dL_dout, &dL_ddLdin, static_cast<T*>(dL_dparams), mode, max_level);
@@ -346,6 +409,9 @@ private:
 
     GridOptions m_options;
     std::vector<GridLevel> m_levels;
+#ifdef TNN_WITH_GPU
+    grid_gpu::GridDesc m_gpu;  // the level table as the kernels read it
+#endif  // TNN_WITH_GPU
     // Coarse-to-fine: tcnn's default of 1000 leaves every level on.
     std::atomic<float> m_max_level{1000.0f};
 };
@@ -423,6 +489,7 @@ std::unique_ptr<Encoding> create_grid(const std::string& otype, uint32_t n_dims,
     const std::string hash = cfg.get_choice("hash", "CoherentPrime", hash_names());
     o.hash = static_cast<HashType>(std::find(hash_names().begin(), hash_names().end(), hash) - hash_names().begin());
     o.stochastic_interpolation = cfg.get_bool("stochastic_interpolation", false);
+    o.deterministic = cfg.get_bool("deterministic", false);
     if (cfg.get_bool("fixed_point_pos", false))
         cfg.fail("fixed_point_pos",
                  "true is not supported (tcnn uses fixed-point positions only in its JIT-fused "

@@ -12,6 +12,13 @@ struct IdentityLanes {
 
     uint32_t width() const { return 1; }
     json hyperparams() const { return {{"otype", kName}, {"scale", scale}, {"offset", offset}}; }
+    PerDimLanesGpu gpu_lanes() const {
+        PerDimLanesGpu g;
+        g.kind = PerDimLanesGpu::Kind::Identity;
+        g.scale = scale;
+        g.offset = offset;
+        return g;
+    }
     template <typename A> void eval(A x, A* f, A* df, A* d2f) const {
         if (f) *f = static_cast<A>(scale) * x + static_cast<A>(offset);
         if (df) *df = static_cast<A>(scale);

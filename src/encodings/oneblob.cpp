@@ -14,6 +14,13 @@ struct OneBlobLanes {
 
     uint32_t width() const { return n_bins; }
     json hyperparams() const { return {{"otype", kName}, {"n_bins", n_bins}}; }
+    PerDimLanesGpu gpu_lanes() const {
+        PerDimLanesGpu g;
+        g.kind = PerDimLanesGpu::Kind::OneBlob;
+        g.width = width();
+        g.log2_bins = log2_bins;
+        return g;
+    }
     template <typename A> void eval(A x, A* f, A* df, A* d2f) const {
         for (uint32_t k = 0; k < n_bins; ++k)
             oneblob_bin(x, k, log2_bins, f ? f + k : nullptr, df ? df + k : nullptr, d2f ? d2f + k : nullptr);

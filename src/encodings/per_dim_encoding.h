@@ -7,6 +7,7 @@
 
 #include "core/parallel.h"
 #include "encodings/encoding_registry.h"
+#include "encodings/encodings_gpu.h"
 
 #include <vector>
 
@@ -16,6 +17,7 @@ namespace tnn {
 //   uint32_t width() const;                                       W outputs per input dimension
 //   template <typename A> void eval(A x, A* f, A* df, A* d2f) const;  the W lanes at x (null = skip)
 //   static constexpr const char* kName;  json hyperparams() const;
+//   PerDimLanesGpu gpu_lanes() const;                             the same lanes for the GPU kernels
 template <typename LANES> class PerDimEncoding final : public Encoding {
 public:
     PerDimEncoding(uint32_t n_dims, DType dtype, LANES lanes)
@@ -24,7 +26,8 @@ public:
     std::string name() const override { return LANES::kName; }
     json hyperparams() const override { return m_lanes.hyperparams(); }
     void init_params(Pcg32&, float*) const override {}
-    bool supports_device(Device d) const override { return d.is_cpu(); }
+    // GPU kernels (per_dim_encoding.cu) exist for fp32, fp16 and bf16.
+    bool supports_device(Device d) const override { return d.is_cpu() || param_dtype() != DType::f64; }
     bool supports_backward_backward() const override { return true; }
     const LANES& lanes() const { return m_lanes; }
 
@@ -34,7 +37,16 @@ private:
 
     template <typename F> void with_type(F&& f) const { dispatch_dtype(param_dtype(), f); }
 
-    std::unique_ptr<Context> forward_impl(const Stream&, ConstView in, View out, const void*, bool) const override {
+    std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView in, View out, const void*,
+                                          bool) const override {
+        if (in.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+            per_dim_gpu::forward(m_lanes.gpu_lanes(), stream, in, out);
+            return std::make_unique<EmptyContext>();
+#else
+            throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+        }
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;
@@ -52,9 +64,17 @@ private:
         return std::make_unique<EmptyContext>();
     }
 
-    void backward_impl(const Stream&, const Context&, ConstView in, ConstView, ConstView dL_dout, View* dL_din, void*,
-                       const void*, GradMode) const override {
+    void backward_impl(const Stream& stream, const Context&, ConstView in, ConstView, ConstView dL_dout, View* dL_din,
+                       void*, const void*, GradMode) const override {
         if (!dL_din) return;
+        if (in.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+            per_dim_gpu::backward(m_lanes.gpu_lanes(), stream, in, dL_dout, *dL_din);
+            return;
+#else
+            throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+        }
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;
@@ -73,10 +93,18 @@ private:
         });
     }
 
-    void backward_backward_input_impl(const Stream&, const Context&, ConstView in, ConstView dL_ddLdin,
+    void backward_backward_input_impl(const Stream& stream, const Context&, ConstView in, ConstView dL_ddLdin,
                                       ConstView dL_dout, View* dL_ddLdout, View* dL_din, void*, const void*,
                                       GradMode) const override {
         if (!dL_ddLdout && !dL_din) return;
+        if (in.device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+            per_dim_gpu::backward_backward_input(m_lanes.gpu_lanes(), stream, in, dL_ddLdin, dL_dout, dL_ddLdout, dL_din);
+            return;
+#else
+            throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+        }
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;

@@ -15,6 +15,12 @@ struct TriangleWaveLanes {
 
     uint32_t width() const { return n_frequencies; }
     json hyperparams() const { return {{"otype", kName}, {"n_frequencies", n_frequencies}}; }
+    PerDimLanesGpu gpu_lanes() const {
+        PerDimLanesGpu g;
+        g.kind = PerDimLanesGpu::Kind::TriangleWave;
+        g.width = width();
+        return g;
+    }
     template <typename A> void eval(A x, A* f, A* df, A* d2f) const {
         for (uint32_t k = 0; k < n_frequencies; ++k)
             triangle_wave_lane(x, k, f ? f + k : nullptr, df ? df + k : nullptr, d2f ? d2f + k : nullptr);

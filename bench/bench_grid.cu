@@ -1,0 +1,392 @@
+// Grid encoding device benchmark (bench/run_grid_bench.sh builds and runs it, issue #9): GPU time per
+// call of our grid forward, backward (parameter gradient, fast and deterministic) and forward +
+// backward, from CUDA graphs of back-to-back calls timed with events (median of rounds), for tcnn's
+// benchmark grid at 2^20 and 2^21 rows, kernel variants, and smaller rows (2D/4D, F = 1/4/8, Dense,
+// Tiled, Nearest, Smoothstep, fp32/bf16). Measures the floors too: device copy bandwidth and the
+// rate of random 16-byte L2 gathers and of random float / u64 reductions into an L2-resident slice.
+// Writes one JSON; bench_grid_report.py adds the floors, PyTorch and tcnn.
+//
+//   bench_grid --out FILE.json [--rounds 5] [--round_ms 20] [--quick]
+#include <tnn/tnn.h>
+
+#include "encodings/grid_gpu.h"
+#include "gpu/gpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#ifndef gpu_event_elapsed_time
+#if defined(TNN_WITH_HIP)
+#define gpu_event_elapsed_time hipEventElapsedTime
+#else
+#define gpu_event_elapsed_time cudaEventElapsedTime
+#endif  // TNN_WITH_HIP
+#endif  // gpu_event_elapsed_time
+
+using namespace tnn;
+
+namespace {
+
+struct Options {
+    std::string out = "bench_grid.json";
+    int rounds = 5;
+    double round_ms = 20.0;
+    bool quick = false;
+};
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto next = [&]() -> std::string {
+            if (i + 1 >= argc) {
+                std::cerr << "bench_grid: " << a << " needs a value\n";
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "--out") o.out = next();
+        else if (a == "--rounds") o.rounds = std::stoi(next());
+        else if (a == "--round_ms") o.round_ms = std::stod(next());
+        else if (a == "--quick") o.quick = true;
+        else {
+            std::cerr << "usage: bench_grid --out FILE.json [--rounds 5] [--round_ms 20] [--quick]\n";
+            std::exit(2);
+        }
+    }
+    return o;
+}
+
+// ---- timing (graphs of back-to-back calls, events) ---------------------------------------------------
+
+class Timer {
+public:
+    Timer() {
+        TNN_GPU_CHECK(gpu_event_create_with_flags(&m_start, 0));
+        TNN_GPU_CHECK(gpu_event_create_with_flags(&m_stop, 0));
+    }
+    ~Timer() {
+        (void)gpu_event_destroy(m_start);
+        (void)gpu_event_destroy(m_stop);
+    }
+    template <typename F> double time(gpu_stream_t s, F&& f) {
+        TNN_GPU_CHECK(gpu_event_record(m_start, s));
+        f();
+        TNN_GPU_CHECK(gpu_event_record(m_stop, s));
+        TNN_GPU_CHECK(gpu_stream_synchronize(s));
+        float ms = 0;
+        TNN_GPU_CHECK(gpu_event_elapsed_time(&ms, m_start, m_stop));
+        return ms;
+    }
+
+private:
+    gpu_event_t m_start = nullptr, m_stop = nullptr;
+};
+
+template <typename F> gpu_graph_exec_t capture(const Stream& s, int inner, F&& body) {
+    const gpu_stream_t native = gpu::native_stream(s);
+    gpu_graph_t graph = nullptr;
+    TNN_GPU_CHECK(gpu_stream_begin_capture(native, gpu_stream_capture_mode_thread_local));
+    try {
+        for (int i = 0; i < inner; ++i) body();
+    } catch (...) {
+        (void)gpu_stream_end_capture(native, &graph);
+        if (graph) (void)gpu_graph_destroy(graph);
+        throw;
+    }
+    TNN_GPU_CHECK(gpu_stream_end_capture(native, &graph));
+    gpu_graph_exec_t exec = nullptr;
+    TNN_GPU_CHECK(gpu_graph_instantiate(&exec, graph));
+    TNN_GPU_CHECK(gpu_graph_destroy(graph));
+    return exec;
+}
+
+// Median GPU ms per call of body(): a graph of `inner` calls (>= ~2 ms of work, so launch gaps do not
+// count) replayed until round_ms of GPU time, `rounds` times.
+template <typename F> std::vector<double> time_calls(const Stream& s, const Options& o, F&& body) {
+    body();  // warm-up: the temporary allocator's blocks
+    s.synchronize();
+    Timer timer;
+    const gpu_stream_t native = gpu::native_stream(s);
+    gpu_graph_exec_t one = capture(s, 1, body);
+    double t1 = 1e30;
+    for (int i = 0; i < 3; ++i) t1 = std::min(t1, timer.time(native, [&] { TNN_GPU_CHECK(gpu_graph_launch(one, native)); }));
+    (void)gpu_graph_exec_destroy(one);
+    const int inner = std::max(1, std::min(200, static_cast<int>(std::ceil(2.0 / std::max(t1, 1e-4)))));
+    gpu_graph_exec_t exec = capture(s, inner, body);
+    const double per_graph = timer.time(native, [&] { TNN_GPU_CHECK(gpu_graph_launch(exec, native)); });
+    const int launches = std::max(1, static_cast<int>(std::ceil(o.round_ms / std::max(per_graph, 1e-3))));
+    std::vector<double> ms;
+    for (int r = 0; r < o.rounds; ++r)
+        ms.push_back(timer.time(native, [&] {
+                         for (int i = 0; i < launches; ++i) TNN_GPU_CHECK(gpu_graph_launch(exec, native));
+                     }) /
+                     (double(launches) * inner));
+    (void)gpu_graph_exec_destroy(exec);
+    return ms;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// ---- floors: microbenchmarks of what the grid kernels cannot avoid ------------------------------------
+
+__device__ __forceinline__ uint32_t mix(uint32_t x) {  // a cheap integer hash: random addresses
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+// Each thread gathers `per_thread` random 16-byte chunks of a table of n_chunks (all independent, as
+// the forward's x-pair loads are), and writes one word so that nothing is optimised away.
+__global__ void bench_gather16_kernel(const uint4* __restrict__ table, uint32_t n_chunks, int per_thread,
+                                      uint32_t* __restrict__ sink) {
+    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t acc = 0;
+    for (int i = 0; i < per_thread; ++i) {
+        const uint4 q = table[mix(t * 64u + i) % n_chunks];
+        acc ^= q.x ^ q.w;
+    }
+    sink[t] = acc;
+}
+
+// Random reductions into a slice of n_slots 16-byte slots: v4 / v2 / scalar fp32, u64 (the
+// deterministic path's), half2 (tcnn's).
+template <int KIND>
+__global__ void bench_red_kernel(float* __restrict__ slots, uint32_t n_slots, int per_thread) {
+    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int i = 0; i < per_thread; ++i) {
+        float* p = slots + 4 * size_t(mix(t * 64u + i) % n_slots);
+        const float v = 1e-3f * static_cast<float>(i + 1);
+        if constexpr (KIND == 0) {
+            asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v), "f"(v), "f"(v), "f"(v)
+                         : "memory");
+        } else if constexpr (KIND == 1) {
+            asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(v), "f"(v) : "memory");
+        } else if constexpr (KIND == 2) {
+            atomicAdd(p, v);
+        } else if constexpr (KIND == 3) {
+            atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(i + 1));
+        } else {
+            atomicAdd(reinterpret_cast<__half2*>(p), __floats2half2_rn(v, v));
+        }
+    }
+}
+
+json measure_floors(const Stream& s) {
+    const gpu_stream_t native = gpu::native_stream(s);
+    Timer timer;
+    json f;
+    // Device-to-device copy of 1 GiB (read + write counted).
+    {
+        const size_t bytes = size_t(1) << 30;
+        Buffer a(s.device(), bytes), b(s.device(), bytes);
+        TNN_GPU_CHECK(gpu_memset_async(a.data(), 0, bytes, native));
+        double best = 1e30;
+        for (int i = 0; i < 5; ++i)
+            best = std::min(best, timer.time(native, [&] {
+                TNN_GPU_CHECK(gpu_memcpy_async(b.data(), a.data(), bytes, gpu_memcpy_default, native));
+            }));
+        f["copy_bytes_per_s"] = 2.0 * bytes / (best * 1e-3);
+    }
+    // Random 16-byte gathers from a 32 MiB table (the grid's 16 levels x 2^19 x 4 bytes).
+    {
+        const uint32_t n_chunks = (32u << 20) / 16;
+        Buffer table(s.device(), size_t(n_chunks) * 16), sink(s.device(), size_t(1) << 24);
+        TNN_GPU_CHECK(gpu_memset_async(table.data(), 1, table.bytes(), native));
+        const int per_thread = 16, threads = 256, blocks = (1 << 22) / threads;
+        double best = 1e30;
+        for (int i = 0; i < 5; ++i)
+            best = std::min(best, timer.time(native, [&] {
+                bench_gather16_kernel<<<blocks, threads, 0, native>>>(table.ptr<uint4>(), n_chunks, per_thread,
+                                                                      sink.ptr<uint32_t>());
+                TNN_GPU_CHECK_LAUNCH("bench_gather16_kernel");
+            }));
+        f["gather16_per_s"] = double(blocks) * threads * per_thread / (best * 1e-3);
+    }
+    // Random reductions into a 4 MiB slice (one level's fp32 gradient: 2^19 x 2 x 4 bytes) and, for
+    // comparison, into 64 MiB (all 16 levels at once: does not stay in L2 next to everything else).
+    const char* names[] = {"red_v4_per_s", "red_v2_per_s", "red_f32_per_s", "red_u64_per_s", "red_half2_per_s"};
+    for (size_t slice : {size_t(4) << 20, size_t(64) << 20}) {
+        Buffer slots(s.device(), slice);
+        TNN_GPU_CHECK(gpu_memset_async(slots.data(), 0, slice, native));
+        const uint32_t n_slots = static_cast<uint32_t>(slice / 16);
+        const int per_thread = 8, threads = 256, blocks = (1 << 22) / threads;
+        for (int kind = 0; kind < 5; ++kind) {
+            double best = 1e30;
+            for (int i = 0; i < 5; ++i)
+                best = std::min(best, timer.time(native, [&] {
+                    switch (kind) {
+                        case 0: bench_red_kernel<0><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
+                        case 1: bench_red_kernel<1><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
+                        case 2: bench_red_kernel<2><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
+                        case 3: bench_red_kernel<3><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
+                        default: bench_red_kernel<4><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread);
+                    }
+                    TNN_GPU_CHECK_LAUNCH("bench_red_kernel");
+                }));
+            f[std::string(names[kind]) + (slice > (size_t(8) << 20) ? "_64MiB" : "")] =
+                double(blocks) * threads * per_thread / (best * 1e-3);
+        }
+    }
+    return f;
+}
+
+// ---- the grid rows -----------------------------------------------------------------------------------
+
+std::vector<float> uniform(size_t n, float lo, float hi, uint64_t seed) {
+    Pcg32 rng(seed);
+    std::vector<float> v(n);
+    for (auto& x : v) x = lo + (hi - lo) * rng.next_float();
+    return v;
+}
+
+Tensor upload(const std::vector<float>& v, int64_t rows, int64_t cols, DType dtype, Device dev) {
+    Tensor host(rows, cols, DType::f32);
+    std::memcpy(host.data(), v.data(), v.size() * sizeof(float));
+    if (dtype == DType::f32) return host.to(dev);
+    Tensor t(rows, cols, dtype);
+    convert(Stream::cpu(), host.view(), t.view());
+    return t.to(dev);
+}
+
+// tcnn's benchmark grid: 3D HashGrid, 16 levels, F = 2, 2^19 entries per level, base 16, scale 1.5.
+json base_config() {
+    return {{"otype", "HashGrid"}, {"n_levels", 16},  {"n_features_per_level", 2}, {"log2_hashmap_size", 19},
+            {"base_resolution", 16}, {"per_level_scale", 1.5}, {"interpolation", "Linear"}};
+}
+
+struct Row {
+    std::string label;
+    uint32_t n_dims;
+    json config;
+    DType dtype;
+    int64_t batch;
+    std::vector<std::string> passes;  // forward, backward, backward_det, fwd_bwd, fwd_bwd_det
+};
+
+void bench_row(const Row& row, const Options& o, const Stream& s, json& results, const grid_gpu::Variant& variant,
+               const std::string& variant_name) {
+    const Device dev = s.device();
+    auto enc = create_encoding(row.n_dims, row.config, row.dtype);
+    json det_config = row.config;
+    det_config["deterministic"] = true;
+    auto enc_det = create_encoding(row.n_dims, det_config, row.dtype);
+    std::vector<float> p32(enc->n_params());
+    enc->init_params(1337, p32.data());
+    const int64_t n_out = enc->n_output_dims();
+    Tensor params = upload(p32, 1, static_cast<int64_t>(p32.size()), row.dtype, dev);
+    Tensor x = upload(uniform(size_t(row.batch) * row.n_dims, 0.0f, 1.0f, 1), row.batch, row.n_dims, DType::f32, dev);
+    Tensor dy = upload(uniform(size_t(row.batch) * n_out, -1.0f, 1.0f, 3), row.batch, n_out, row.dtype, dev);
+    Tensor y(row.batch, n_out, row.dtype, dev), grads(1, static_cast<int64_t>(enc->n_params()), row.dtype, dev);
+    grid_gpu::set_variant(variant);
+    auto record = [&](const std::string& pass, const std::vector<double>& ms) {
+        results.push_back({{"label", row.label},   {"pass", pass},       {"batch", row.batch},
+                           {"n_dims", row.n_dims}, {"config", row.config}, {"dtype", dtype_name(row.dtype)},
+                           {"n_params", enc->n_params()}, {"ms", median(ms)}, {"ms_rounds", ms},
+                           {"variant", variant_name}});
+        std::printf("%-34s %-13s %-14s b=%-8lld %9.4f ms\n", row.label.c_str(), pass.c_str(), variant_name.c_str(),
+                    static_cast<long long>(row.batch), median(ms));
+        std::fflush(stdout);
+    };
+    try {
+        for (const std::string& pass : row.passes) {
+            const Encoding& e = pass.find("det") != std::string::npos ? *enc_det : *enc;
+            if (pass == "forward") {
+                record(pass, time_calls(s, o, [&] { e.inference(s, x.view(), y.view(), params.data()); }));
+            } else if (pass == "backward" || pass == "backward_det") {
+                // The grid's context holds no device memory: one forward outside the graph serves every backward.
+                auto ctx = e.forward(s, x.view(), y.view(), params.data(), false);
+                record(pass, time_calls(s, o, [&] {
+                           e.backward(s, *ctx, x.view(), y.view(), dy.view(), nullptr, grads.data(), params.data(),
+                                      GradMode::overwrite);
+                       }));
+            } else {
+                record(pass, time_calls(s, o, [&] {
+                           auto ctx = e.forward(s, x.view(), y.view(), params.data(), false);
+                           e.backward(s, *ctx, x.view(), y.view(), dy.view(), nullptr, grads.data(), params.data(),
+                                      GradMode::overwrite);
+                       }));
+            }
+        }
+    } catch (const std::exception& ex) {
+        results.push_back({{"label", row.label}, {"variant", variant_name}, {"error", ex.what()}});
+        std::printf("%-34s ERROR %s\n", row.label.c_str(), ex.what());
+    }
+    grid_gpu::set_variant({});
+}
+
+json with(json base, const json& changes) {
+    for (auto it = changes.begin(); it != changes.end(); ++it) base[it.key()] = it.value();
+    return base;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options o = parse(argc, argv);
+    if (!gpu_available()) {
+        std::cerr << "bench_grid: no GPU\n";
+        return 1;
+    }
+    gpu_stream_t native = nullptr;
+    TNN_GPU_CHECK(gpu_stream_create_with_flags(&native, gpu_stream_non_blocking));
+    const Stream s = Stream::gpu(native, 0);
+    json results = json::array();
+    std::printf("== floors\n");
+    const json floors = measure_floors(s);
+    std::printf("%s\n", floors.dump(1).c_str());
+
+    const std::vector<std::string> all = {"forward", "backward", "backward_det", "fwd_bwd", "fwd_bwd_det"};
+    const std::vector<std::string> small = {"forward", "fwd_bwd", "fwd_bwd_det"};
+    const json base = base_config();
+    // The issue's rows: 2^20 and 2^21.
+    for (int log2 : {20, 21})
+        bench_row({"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << log2, all}, o, s, results, {}, "auto");
+    // Kernel variants of the main row at 2^20.
+    if (!o.quick) {
+        const Row main{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"forward", "backward", "backward_det"}};
+        bench_row(main, o, s, results, {0, -1, -1, 0}, "one_load_per_value");
+        bench_row(main, o, s, results, {-1, -1, -1, 128}, "forward_128_threads");
+        bench_row(main, o, s, results, {-1, -1, -1, 512}, "forward_512_threads");
+        bench_row(main, o, s, results, {-1, 0, -1, 0}, "no_shared_levels");
+        bench_row(main, o, s, results, {-1, -1, 0, 0}, "scalar_atomics");
+    }
+    // Smaller rows (2^20): dimensions, features per level, grid types, interpolations, precisions.
+    const int64_t b20 = int64_t(1) << 20;
+    const std::vector<Row> rows = {
+        {"hash2d_f2_L16_T19_fp16", 2, base, DType::f16, b20, small},
+        {"hash4d_f2_L16_T19_fp16", 4, base, DType::f16, b20, small},
+        {"hash3d_f1_L16_T19_fp16", 3, with(base, {{"n_features_per_level", 1}}), DType::f16, b20, small},
+        {"hash3d_f4_L8_T19_fp16", 3, with(base, {{"n_features_per_level", 4}, {"n_levels", 8}}), DType::f16, b20, small},
+        {"hash3d_f8_L4_T19_fp16", 3, with(base, {{"n_features_per_level", 8}, {"n_levels", 4}}), DType::f16, b20, small},
+        {"dense3d_f2_L4_fp16", 3, with(base, {{"otype", "DenseGrid"}, {"n_levels", 4}, {"per_level_scale", 2.0}}),
+         DType::f16, b20, small},
+        {"tiled3d_f2_L16_fp16", 3, with(base, {{"otype", "TiledGrid"}}), DType::f16, b20, small},
+        {"hash3d_nearest_fp16", 3, with(base, {{"interpolation", "Nearest"}}), DType::f16, b20, small},
+        {"hash3d_smoothstep_fp16", 3, with(base, {{"interpolation", "Smoothstep"}}), DType::f16, b20, small},
+        {"hash3d_f2_L16_T19_fp32", 3, base, DType::f32, b20, small},
+        {"hash3d_f2_L16_T19_bf16", 3, base, DType::bf16, b20, small},
+    };
+    if (!o.quick)
+        for (const Row& r : rows) bench_row(r, o, s, results, {}, "auto");
+
+    json doc = {{"device", gpu_device_description(0)}, {"version", version()}, {"floors", floors},
+                {"results", results}};
+    std::ofstream(o.out) << doc.dump(1) << "\n";
+    (void)gpu_stream_destroy(native);
+    std::printf("bench_grid: wrote %s\n", o.out.c_str());
+    return 0;
+}

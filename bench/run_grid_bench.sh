@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Grid encodings on an NVIDIA GPU in one go (issues #4 and #9): build (Release, sm_90), the CPU grid and
+# encoding tests and the GPU encoding tests, then bench/bench_grid.cu (ours, with the measured floors),
+# bench/bench_grid_torch.py (PyTorch eager / torch.compile) and bench/bench_grid_report.py (floors,
+# tcnn figures, targets). Everything goes to $OUT (bench_grid_report.md / .json, raw JSON, logs); the
+# last lines printed are the table and a summary. Plans for under 7 minutes on one H200 (also as an
+# extra step of scripts/device_run.sh, which gives it 420 s).
+#
+# Environment: OUT (default out/grid_bench), BUILD (default build-grid; reused incrementally), JOBS
+# (default: all cores), CUDA_ARCH (default 90), BUDGET_S (default 400: total wall time planned),
+# SKIP_TESTS=1, SKIP_TORCH=1, QUICK=1 (main rows only: no variants, no smaller rows).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+SRC=$PWD
+OUT=${OUT:-$PWD/out/grid_bench}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+BUILD=${BUILD:-build-grid}
+mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
+JOBS=${JOBS:-$(nproc)}
+CUDA_ARCH=${CUDA_ARCH:-90}
+BUDGET_S=${BUDGET_S:-400}
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
+status=0
+summary=()
+
+if [ -x /usr/bin/gcc-13 ] && [ -x /usr/bin/g++-13 ]; then
+  export CC=/usr/bin/gcc-13 CXX=/usr/bin/g++-13 CUDAHOSTCXX=/usr/bin/g++-13
+fi
+NVCC=$(command -v nvcc || true)
+[ -n "$NVCC" ] || NVCC=/usr/local/cuda/bin/nvcc
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>/dev/null | tee "$OUT/gpu.txt"
+
+echo "== build ($BUILD, sm_$CUDA_ARCH, $JOBS jobs)"
+if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTNN_CUDA=ON -DTNN_CUDA_ARCHITECTURES="$CUDA_ARCH" \
+      -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=OFF >"$OUT/build.log" 2>&1 &&
+   cmake --build "$BUILD" -j "$JOBS" --target tnn tnn_tests tnn_gpu_tests >>"$OUT/build.log" 2>&1; then
+  summary+=("build            ok       $(elapsed) s, $(grep -c "warning" "$OUT/build.log") warning lines")
+else
+  tail -n 60 "$OUT/build.log"
+  echo "RESULT: build FAILED (see $OUT/build.log)"
+  exit 1
+fi
+
+# ok_line NAME LOG RC: one summary line from a gtest log.
+ok_line() {
+  local name=$1 log=$2 rc=$3 passed failed skipped
+  passed=$(grep -cE "^\[       OK \]" "$log" || true)
+  failed=$(grep -cE "^\[  FAILED  \] .*\(" "$log" || true)
+  skipped=$(grep -cE "^\[  SKIPPED \]" "$log" || true)
+  if [ "$rc" -eq 0 ]; then
+    summary+=("$(printf '%-16s ok       %s passed, %s skipped' "$name" "$passed" "$skipped")")
+  else
+    status=1
+    grep -E "^\[  FAILED  \] .*\(" "$log" | head -n 40
+    summary+=("$(printf '%-16s FAILED   %s passed, %s failed, exit %s (see %s)' "$name" "$passed" "$failed" "$rc" "$(basename "$log")")")
+  fi
+}
+
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  echo "== tests: CPU encodings, then the encodings on the GPU ($(elapsed) s so far)"
+  timeout 120 "$BUILD/tests/tnn_tests" --gtest_filter='Grid*:Encodings*:Composite*:SphericalHarmonics*' \
+    >"$OUT/tests_cpu.log" 2>&1
+  ok_line "cpu tests" "$OUT/tests_cpu.log" $?
+  timeout 200 "$BUILD/tests/tnn_gpu_tests" \
+    --gtest_filter='*EncodingBackends*:GridGpu*:CompositeGpu*:EncodingsGpu*' \
+    --gtest_output="xml:$OUT/tests_gpu.xml" >"$OUT/tests_gpu.log" 2>&1
+  ok_line "gpu tests" "$OUT/tests_gpu.log" $?
+  # Keep failures and totals, not every passing line.
+  grep -vE "^\[ +(RUN|OK) +\]" "$OUT/tests_gpu.log" | tail -n 3000 >"$OUT/tests_gpu.tmp" && mv "$OUT/tests_gpu.tmp" "$OUT/tests_gpu.log"
+fi
+
+echo "== benchmark build"
+mkdir -p "$BUILD/bench_grid_build"
+cat >"$BUILD/bench_grid_build/CMakeLists.txt" <<EOF
+cmake_minimum_required(VERSION 3.24)
+project(bench_grid LANGUAGES CXX CUDA)
+set(CMAKE_CXX_STANDARD 17)
+set(CMAKE_CUDA_STANDARD 17)
+set(CMAKE_CUDA_ARCHITECTURES $CUDA_ARCH)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CUDAToolkit REQUIRED)
+find_package(Threads REQUIRED)
+add_executable(bench_grid "$SRC/bench/bench_grid.cu")
+target_include_directories(bench_grid PRIVATE "$SRC/include" "$SRC/src")
+target_compile_definitions(bench_grid PRIVATE TNN_WITH_GPU=1 TNN_WITH_CUDA=1 TNN_VERSION="bench")
+target_compile_options(bench_grid PRIVATE --expt-relaxed-constexpr)
+target_link_libraries(bench_grid PRIVATE "$BUILD/libtnn.a" nlohmann_json::nlohmann_json CUDA::cudart CUDA::cublasLt
+                      Threads::Threads)
+EOF
+if cmake -S "$BUILD/bench_grid_build" -B "$BUILD/bench_grid_build/out" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CUDA_COMPILER="$NVCC" >>"$OUT/build.log" 2>&1 && cmake --build "$BUILD/bench_grid_build/out" >>"$OUT/build.log" 2>&1; then
+  echo "== benchmark: grids ($(elapsed) s so far)"
+  quick=""
+  [ "${QUICK:-0}" = 1 ] && quick="--quick"
+  timeout 180 "$BUILD/bench_grid_build/out/bench_grid" --out "$OUT/bench_grid.json" $quick 2>&1 | tee "$OUT/bench_grid.log"
+  if [ -s "$OUT/bench_grid.json" ]; then
+    summary+=("bench            ok       $(grep -c ' ms$' "$OUT/bench_grid.log") timings ($(elapsed) s so far)")
+  else
+    status=1
+    summary+=("bench            FAILED   see bench_grid.log")
+  fi
+else
+  tail -n 40 "$OUT/build.log"
+  status=1
+  summary+=("bench build      FAILED   see build.log")
+fi
+
+if [ "${SKIP_TORCH:-0}" != 1 ]; then
+  left=$(( BUDGET_S - $(elapsed) ))
+  compile_budget=$(( left - 60 ))
+  [ $compile_budget -lt 0 ] && compile_budget=0
+  echo "== baseline: PyTorch ($left s left; torch.compile budget $compile_budget s)"
+  if [ $left -gt 30 ] && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    timeout $(( left - 10 )) python3 bench/bench_grid_torch.py --out "$OUT/bench_grid_torch.json" \
+      --compile_budget_s "$compile_budget" 2>&1 | grep -vE "^\s*$" | tee "$OUT/bench_grid_torch.log" | cut -c1-200
+    [ -s "$OUT/bench_grid_torch.json" ] && summary+=("torch baseline   ok       ($(elapsed) s so far)") ||
+      summary+=("torch baseline   FAILED   see bench_grid_torch.log (report without it)")
+  else
+    summary+=("torch baseline   skipped  (no torch with CUDA, or no time left)")
+  fi
+fi
+
+echo "== summary ($(elapsed) s)"
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+echo "== report ($OUT/bench_grid_report.md has the variants and smaller rows too)"
+python3 bench/bench_grid_report.py "$OUT" | tee "$OUT/report.log"
+exit $status

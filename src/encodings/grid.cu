@@ -1,0 +1,242 @@
+// Grid encodings on the GPU: the entry points grid.cpp calls. Builds the kernel arguments from the
+// module's level table, plans the parameter-gradient reduction (which levels go through shared memory,
+// fp32 atomics or the deterministic fixed-point path), takes scratch from the stream's temporary
+// memory and launches the kernels of grid_kernels_gpu.h (compiled per input dimension in
+// instantiations/grid_d*.cu). No host synchronisation and no driver allocation: capturable in a graph.
+#include "encodings/grid_kernels_gpu.h"
+
+#include <tnn/runtime.h>
+
+#include <algorithm>
+#include <mutex>
+
+namespace tnn::grid_gpu {
+
+namespace {
+
+// exponents[l] = fixed_point_exponent(bound of level l).
+__global__ void grid_fixed_point_exponent_kernel(const unsigned int* __restrict__ bound_bits, uint32_t n_levels,
+                                                 int64_t rows, int* __restrict__ exponents) {
+    const uint32_t l = blockIdx.x * blockDim.x + threadIdx.x;
+    if (l < n_levels) exponents[l] = fixed_point_exponent(__uint_as_float(bound_bits[l]), rows);
+}
+
+std::mutex g_variant_mutex;
+Variant g_variant;
+
+const Launchers& launchers_for(uint32_t n_dims) {
+    switch (n_dims) {
+        case 1: return launchers<1>();
+        case 2: return launchers<2>();
+        case 3: return launchers<3>();
+        case 4: return launchers<4>();
+        case 5: return launchers<5>();
+        case 6: return launchers<6>();
+        case 7: return launchers<7>();
+    }
+    throw UnsupportedError(msg("grid encoding (GPU): ", n_dims, " input dimensions (1 to 7)"));
+}
+
+KernelArgs make_args(const GridDesc& g, uint32_t n_active) {
+    KernelArgs a;
+    for (uint32_t l = 0; l < grid::kMaxLevels; ++l) a.levels[l] = g.levels[l];
+    a.generic_hash = hash_factors(g.hash, a.factors) ? 0u : 1u;
+    a.n_levels = g.n_levels;
+    a.n_active = std::min(n_active, g.n_levels);
+    a.hash = static_cast<uint32_t>(g.hash);
+    a.interpolation = static_cast<uint32_t>(g.interpolation);
+    a.stochastic = g.stochastic_interpolation ? 1u : 0u;
+    return a;
+}
+
+bool aligned(const void* p, size_t alignment) { return reinterpret_cast<uintptr_t>(p) % alignment == 0; }
+
+// The forward's 16-byte chunk loads need every level to start on and span whole 16-byte chunks.
+bool chunk_layout(const GridDesc& g) {
+    const size_t entry = g.n_features * dtype_size(g.dtype);
+    for (uint32_t l = 0; l < g.n_levels; ++l)
+        if ((g.levels[l].offset * entry) % 16 != 0 || (g.levels[l].size * entry) % 16 != 0) return false;
+    return true;
+}
+
+void zero(const Stream& stream, void* p, size_t bytes) {
+    if (bytes > 0) TNN_GPU_CHECK(gpu_memset_async(p, 0, bytes, gpu::native_stream(stream)));
+}
+
+// Which levels a parameter-gradient pass reduces where. Small levels (all features, or a power-of-two
+// group of them, fit kSharedBytes of accumulators) whose rows touch each accumulator several times
+// over go through shared memory; the rest through global atomics, level after level.
+struct ReductionPlan {
+    LevelList global{};
+    LevelList all{};  // every contributing level (the fixed-point bound pass)
+    SharedItems shared{};
+    uint32_t blocks_per_item = 0;
+    int64_t rows_per_block = 0;
+    size_t shared_bytes = 0;
+};
+
+ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contributing, bool second, size_t acc_bytes) {
+    ReductionPlan p;
+    const Variant v = variant();
+    const uint32_t F = g.n_features;
+    // Accumulator slots one row touches per level: one corner (Nearest, stochastic) or all of them.
+    const bool one_corner = g.interpolation == grid::Interpolation::Nearest || g.stochastic_interpolation;
+    const int64_t touches = one_corner ? 1 : (int64_t(1) << g.n_dims);
+    uint64_t max_slots = 0;
+    for (uint32_t l = 0; l < n_contributing; ++l) {
+        p.all.ids[p.all.count++] = static_cast<uint8_t>(l);
+        const uint64_t size = g.levels[l].size;
+        uint32_t fs = F;
+        while (fs > 0 && size * fs * acc_bytes > kSharedBytes) fs /= 2;
+        // Worth it when the rows add at least 4 contributions per shared slot (the flush costs one
+        // coalesced atomic per slot and block).
+        const bool small = !second && v.shared_levels != 0 && fs > 0 &&
+                           static_cast<uint64_t>(rows) * touches >= 4 * size * fs &&
+                           p.shared.count + F / fs <= kMaxSharedItems;
+        if (!small) {
+            p.global.ids[p.global.count++] = static_cast<uint8_t>(l);
+            continue;
+        }
+        for (uint32_t f0 = 0; f0 < F; f0 += fs)
+            p.shared.items[p.shared.count++] = {static_cast<uint8_t>(l), static_cast<uint8_t>(f0),
+                                                static_cast<uint8_t>(fs)};
+        max_slots = std::max<uint64_t>(max_slots, size * fs);
+    }
+    if (p.shared.count > 0) {
+        // Rows per block: enough that the block adds about 4 contributions per slot before its flush.
+        const int64_t want = std::max<int64_t>(1024, gpu::ceil_div<int64_t>(4 * static_cast<int64_t>(max_slots), touches));
+        p.rows_per_block = gpu::round_up<int64_t>(std::min(want, rows), kThreads);
+        p.blocks_per_item = static_cast<uint32_t>(gpu::ceil_div<int64_t>(rows, p.rows_per_block));
+        p.shared_bytes = max_slots * acc_bytes;
+    }
+    return p;
+}
+
+template <typename FN> void dispatch_gradient_type(DType dtype, FN&& f) {
+    switch (dtype) {
+        case DType::f32: f(float{}); return;
+        case DType::f16: f(gpu_half{}); return;
+        case DType::bf16: f(gpu_bf16{}); return;
+        default: throw UnsupportedError(msg("grid encoding (GPU): no kernels for ", dtype_name(dtype)));
+    }
+}
+
+// dL/dparams of a first-order (v == nullptr) or second-order pass, weights from dL/dy = g.
+void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, const float* v, int64_t v_stride,
+                    ConstView g, void* dL_dparams, GradMode mode) {
+    const Launchers& L = launchers_for(desc.n_dims);
+    const KernelArgs& args = *c.args;
+    const bool second = v != nullptr;
+    const uint32_t n_contributing = second && desc.interpolation == grid::Interpolation::Nearest ? 0 : args.n_active;
+    const bool accumulate = mode == GradMode::accumulate;
+    const size_t n = desc.n_params;
+    const uint32_t F = desc.n_features;
+    const gpu_stream_t s = c.stream;
+
+    if (!(desc.deterministic || tnn::deterministic())) {
+        // fp32 atomics: straight into an fp32 gradient, else into fp32 scratch converted at the end.
+        const bool direct = desc.dtype == DType::f32;
+        Tensor scratch;
+        float* acc = static_cast<float*>(dL_dparams);
+        if (!direct) {
+            scratch = Tensor::temporary(stream, 1, static_cast<int64_t>(n), DType::f32);
+            acc = scratch.ptr<float>();
+        }
+        if (!direct || !accumulate) zero(stream, acc, n * sizeof(float));
+        const ReductionPlan plan = plan_reduction(desc, c.rows, n_contributing, second, sizeof(float));
+        L.param_grad_shared_float(c, desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
+                                  plan.shared_bytes, g.data, g.stride, acc);
+        const bool vec = variant().vector_atomics != 0 && aligned(acc, 16);
+        L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, FloatSink{acc, vec});
+        if (direct) return;
+        dispatch_gradient_type(desc.dtype, [&](auto t) {
+            using T = decltype(t);
+            grid_gradient_from_float_kernel<T><<<gpu::elementwise_grid(static_cast<int64_t>(n)),
+                                                 gpu::kElementwiseThreads, 0, s>>>(
+                acc, static_cast<T*>(dL_dparams), static_cast<int64_t>(n), accumulate);
+            TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_kernel");
+        });
+        return;
+    }
+
+    // Deterministic: per-level bound -> fixed-point exponent -> 64-bit integer atomics -> conversion.
+    Buffer acc_buffer = Buffer::temporary(stream, n * sizeof(unsigned long long));
+    Buffer level_buffer = Buffer::temporary(stream, 2 * grid::kMaxLevels * sizeof(int));
+    auto* acc = static_cast<unsigned long long*>(acc_buffer.data());
+    auto* bound_bits = static_cast<unsigned int*>(level_buffer.data());
+    int* exponents = reinterpret_cast<int*>(bound_bits + grid::kMaxLevels);
+    zero(stream, acc, n * sizeof(unsigned long long));
+    zero(stream, level_buffer.data(), level_buffer.bytes());
+    const ReductionPlan plan = plan_reduction(desc, c.rows, n_contributing, second, sizeof(unsigned long long));
+    L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g.data, g.stride, bound_bits);
+    grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
+    TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
+    L.param_grad_shared_fixed(c, desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
+                              plan.shared_bytes, g.data, g.stride, acc, exponents);
+    L.param_grad_fixed(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, FixedSink{acc, exponents});
+    dispatch_gradient_type(desc.dtype, [&](auto t) {
+        using T = decltype(t);
+        size_t largest = 0;
+        for (uint32_t l = 0; l < desc.n_levels; ++l) largest = std::max<size_t>(largest, desc.levels[l].size);
+        const dim3 grid(gpu::elementwise_grid(static_cast<int64_t>(largest * F)).x, desc.n_levels);
+        grid_gradient_from_fixed_kernel<T><<<grid, gpu::kElementwiseThreads, 0, s>>>(
+            args, F, acc, exponents, static_cast<T*>(dL_dparams), accumulate);
+        TNN_GPU_CHECK_LAUNCH("grid_gradient_from_fixed_kernel");
+    });
+}
+
+}  // namespace
+
+void set_variant(const Variant& v) {
+    std::lock_guard<std::mutex> lock(g_variant_mutex);
+    g_variant = v;
+}
+
+Variant variant() {
+    std::lock_guard<std::mutex> lock(g_variant_mutex);
+    return g_variant;
+}
+
+void forward(const GridDesc& g, const Stream& stream, ConstView input, View output, const void* params,
+             uint32_t n_active) {
+    gpu::DeviceGuard guard(stream.device().index);
+    const KernelArgs args = make_args(g, n_active);
+    const Call c{&args, gpu::native_stream(stream), input.rows, input.ptr<float>(), input.stride};
+    const size_t elem = dtype_size(g.dtype), vec_align = std::min<size_t>(g.n_features * elem, 16);
+    const bool vec_store = g.n_features * elem >= 4 && aligned(output.data, vec_align) &&
+                           (static_cast<size_t>(output.stride) * elem) % vec_align == 0;
+    const Variant v = variant();
+    const bool chunked = v.chunked_loads != 0 && chunk_layout(g) && aligned(params, 16);
+    const uint32_t threads = v.forward_threads > 0 ? static_cast<uint32_t>(v.forward_threads) : 256u;
+    launchers_for(g.n_dims).forward(c, g.dtype, g.n_features, params, output.data, output.stride, vec_store, chunked,
+                                    threads);
+}
+
+void backward(const GridDesc& g, const Stream& stream, ConstView input, ConstView dL_doutput, View* dL_dinput,
+              void* dL_dparams, const void* params, GradMode mode, uint32_t n_active) {
+    gpu::DeviceGuard guard(stream.device().index);
+    const KernelArgs args = make_args(g, n_active);
+    const Call c{&args, gpu::native_stream(stream), input.rows, input.ptr<float>(), input.stride};
+    if (dL_dparams) param_gradient(g, c, stream, nullptr, 0, dL_doutput, dL_dparams, mode);
+    if (dL_dinput)
+        launchers_for(g.n_dims).input_grad(c, g.dtype, g.n_features, dL_doutput.data, dL_doutput.stride, params,
+                                           dL_dinput->ptr<float>(), dL_dinput->stride);
+}
+
+void backward_backward_input(const GridDesc& g, const Stream& stream, ConstView input, ConstView dL_ddLdinput,
+                             ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
+                             const void* params, GradMode mode, uint32_t n_active) {
+    gpu::DeviceGuard guard(stream.device().index);
+    const KernelArgs args = make_args(g, n_active);
+    const Call c{&args, gpu::native_stream(stream), input.rows, input.ptr<float>(), input.stride};
+    if (dL_dparams)
+        param_gradient(g, c, stream, dL_ddLdinput.ptr<float>(), dL_ddLdinput.stride, dL_doutput, dL_dparams, mode);
+    if (dL_ddLdoutput || dL_dinput)
+        launchers_for(g.n_dims).second_order_rows(
+            c, g.dtype, g.n_features, dL_ddLdinput.ptr<float>(), dL_ddLdinput.stride, dL_doutput.data,
+            dL_doutput.stride, params, dL_ddLdoutput ? dL_ddLdoutput->data : nullptr,
+            dL_ddLdoutput ? dL_ddLdoutput->stride : 0, dL_dinput ? dL_dinput->ptr<float>() : nullptr,
+            dL_dinput ? dL_dinput->stride : 0);
+}
+
+}  // namespace tnn::grid_gpu

@@ -1,0 +1,893 @@
+// The grid encodings' GPU kernels and their launchers, templated on the device storage type, the input
+// dimension and the features per level. Included only by grid.cu and by the per-dimension
+// instantiation files (instantiations/grid_d*.cu), which compile make_launchers<N_DIMS> once each.
+//
+// Thread mappings (docs/encodings.md "GPU" has the reasoning and bench/notes_grid.md the numbers):
+// - forward: one thread per (row, level), levels fastest, so a warp writes whole output rows and the
+//   gathers of all levels are in flight at once; x-neighbour corners share 16-byte loads.
+// - parameter gradient: one thread per (row, level) with blocks in level-major order, so the level
+//   whose gradient is being reduced stays in L2; levels small enough for shared memory are reduced
+//   there first (one block per row chunk) and flushed with coalesced atomics.
+// - input gradient and the second-order pass: one thread per row, levels in order (as the CPU).
+#pragma once
+
+#include "encodings/grid_gpu.h"
+#include "gpu/gpu.h"
+
+#include <string.h>
+#include <type_traits>
+
+namespace tnn::grid_gpu {
+
+using grid::Interpolation;
+using gpu::from_acc;
+using gpu::to_acc;
+
+// ---- kernel arguments -----------------------------------------------------------------------------
+
+// Passed by value (graphs capture it): the level table and what every kernel needs to index it.
+struct KernelArgs {
+    LevelInfo levels[grid::kMaxLevels];
+    uint32_t factors[grid::kMaxDims];  // XOR-hash factors (hash_factors)
+    uint32_t n_levels, n_active;
+    uint32_t hash;           // grid::HashType, for generic_hash levels
+    uint32_t interpolation;  // grid::Interpolation
+    uint32_t generic_hash;   // Rng / BaseConvert: hashed corners go through grid::grid_index
+    uint32_t stochastic;     // stochastic_interpolation
+};
+
+// Levels one parameter-gradient launch covers, in launch order (blocks [i * blocks_per_level,
+// (i + 1) * blocks_per_level) take level ids[i]).
+struct LevelList {
+    uint8_t ids[grid::kMaxLevels];
+    uint32_t count;
+};
+
+// Feature groups of small levels reduced in shared memory: item i is level `level`, features
+// [f0, f0 + fs); each item gets blocks_per_item blocks of rows_per_block rows. Capped so that the
+// kernel arguments stay within 4 KiB; further small levels take the global path.
+constexpr uint32_t kMaxSharedItems = 64;
+struct SharedItems {
+    struct Item {
+        uint8_t level, f0, fs;
+    } items[kMaxSharedItems];
+    uint32_t count;
+};
+
+constexpr uint32_t kThreads = 256;  // threads per block of every kernel but the forward's (see Variant)
+// Shared-memory budget of one small-level block: the most that needs no opt-in on any device.
+constexpr size_t kSharedBytes = 48 * 1024;
+
+// ---- storage types -----------------------------------------------------------------------------
+
+// One level entry: F values of T, 2..32 bytes. kPerChunk entries share a 16-byte chunk when smaller.
+template <typename T, uint32_t F> struct Entry {
+    static constexpr uint32_t kBytes = F * sizeof(T);
+    static constexpr uint32_t kPerChunk = kBytes >= 16 ? 1 : 16 / kBytes;
+    static constexpr uint32_t kChunks = kBytes >= 16 ? kBytes / 16 : 1;  // chunks per entry
+    static constexpr uint32_t kWords = (kBytes + 3) / 4;
+};
+
+// A 16-bit storage value (its bits in the low half of a word) as fp32, and back.
+template <typename T> __device__ __forceinline__ float half_bits_to_float(uint32_t bits) {
+    const uint16_t b = static_cast<uint16_t>(bits);
+    T h;
+    memcpy(&h, &b, 2);
+    return to_acc(h);
+}
+template <typename T> __device__ __forceinline__ uint32_t float_to_half_bits(float v) {
+    const T h = from_acc<T>(v);
+    uint16_t b;
+    memcpy(&b, &h, 2);
+    return b;
+}
+
+// N values of T packed in words (fp32: one per word; 16-bit types: two, the first in the low half).
+template <typename T, uint32_t N> __device__ __forceinline__ void decode_words(const uint32_t* w, float (&out)[N]) {
+    TNN_UNROLL
+    for (uint32_t i = 0; i < N; ++i) {
+        if constexpr (sizeof(T) == 4)
+            out[i] = __uint_as_float(w[i]);
+        else
+            out[i] = half_bits_to_float<T>((i & 1u) ? (w[i / 2] >> 16) : (w[i / 2] & 0xFFFFu));
+    }
+}
+template <typename T, uint32_t N> __device__ __forceinline__ void encode_words(const float (&v)[N], uint32_t* w) {
+    TNN_UNROLL
+    for (uint32_t i = 0; i < N; ++i) {
+        if constexpr (sizeof(T) == 4)
+            w[i] = __float_as_uint(v[i]);
+        else if (i & 1u)
+            w[i / 2] |= float_to_half_bits<T>(v[i]) << 16;
+        else
+            w[i / 2] = float_to_half_bits<T>(v[i]);
+    }
+}
+
+__device__ __forceinline__ uint32_t select_word(const uint4& q, uint32_t i) {
+    return i == 0 ? q.x : (i == 1 ? q.y : (i == 2 ? q.z : q.w));
+}
+
+// Entry j (< kPerChunk) of a 16-byte chunk; the selects keep every value in registers.
+template <typename T, uint32_t F> __device__ __forceinline__ void entry_from_chunk(const uint4& q, uint32_t j, float (&v)[F]) {
+    using E = Entry<T, F>;
+    uint32_t w[E::kWords];
+    if constexpr (E::kBytes == 2) {
+        const uint32_t word = select_word(q, j >> 1);
+        w[0] = (j & 1u) ? (word >> 16) : (word & 0xFFFFu);
+    } else {
+        TNN_UNROLL
+        for (uint32_t m = 0; m < E::kWords; ++m) w[m] = select_word(q, j * E::kWords + m);
+    }
+    decode_words<T, F>(w, v);
+}
+
+// Entry i of a level as fp32 values: one load per value.
+template <typename T, uint32_t F> __device__ __forceinline__ void load_entry(const T* __restrict__ base, uint32_t i, float (&v)[F]) {
+    TNN_UNROLL
+    for (uint32_t f = 0; f < F; ++f) v[f] = to_acc(base[size_t(i) * F + f]);
+}
+
+// Entries i0 and i1 (x-neighbours) of a level. CHUNKED (the level is 16-byte aligned and a multiple of
+// 16 bytes): entries below 16 bytes come from their 16-byte chunk, and i1 reuses i0's chunk when they
+// share it (for the CoherentPrime hash and dense levels: 1 - 1/kPerChunk of the time).
+template <typename T, uint32_t F, bool CHUNKED>
+__device__ __forceinline__ void load_pair(const T* __restrict__ base, uint32_t i0, uint32_t i1, float (&v0)[F],
+                                          float (&v1)[F]) {
+    using E = Entry<T, F>;
+    if constexpr (!CHUNKED) {
+        load_entry<T, F>(base, i0, v0);
+        load_entry<T, F>(base, i1, v1);
+    } else if constexpr (E::kBytes >= 16) {
+        const uint4* chunks = reinterpret_cast<const uint4*>(base);
+        uint32_t w0[E::kWords], w1[E::kWords];
+        TNN_UNROLL
+        for (uint32_t c = 0; c < E::kChunks; ++c) {
+            const uint4 q0 = chunks[size_t(i0) * E::kChunks + c], q1 = chunks[size_t(i1) * E::kChunks + c];
+            w0[4 * c] = q0.x, w0[4 * c + 1] = q0.y, w0[4 * c + 2] = q0.z, w0[4 * c + 3] = q0.w;
+            w1[4 * c] = q1.x, w1[4 * c + 1] = q1.y, w1[4 * c + 2] = q1.z, w1[4 * c + 3] = q1.w;
+        }
+        decode_words<T, F>(w0, v0);
+        decode_words<T, F>(w1, v1);
+    } else {
+        const uint4* chunks = reinterpret_cast<const uint4*>(base);
+        const uint32_t c0 = i0 / E::kPerChunk, c1 = i1 / E::kPerChunk;
+        const uint4 q0 = chunks[c0];
+        uint4 q1 = q0;
+        if (c1 != c0) q1 = chunks[c1];
+        entry_from_chunk<T, F>(q0, i0 % E::kPerChunk, v0);
+        entry_from_chunk<T, F>(q1, i1 % E::kPerChunk, v1);
+    }
+}
+
+// Stores F values at dst: one vector store when VEC (dst aligned to min(kBytes, 16)), else per value.
+template <typename T, uint32_t F> __device__ __forceinline__ void store_entry(T* dst, const float (&v)[F], bool vec) {
+    using E = Entry<T, F>;
+    if constexpr (E::kBytes >= 4) {
+        if (vec) {
+            uint32_t w[E::kWords];
+            encode_words<T, F>(v, w);
+            if constexpr (E::kBytes == 4) {
+                *reinterpret_cast<uint32_t*>(dst) = w[0];
+            } else if constexpr (E::kBytes == 8) {
+                *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+            } else {
+                TNN_UNROLL
+                for (uint32_t c = 0; c < E::kChunks; ++c)
+                    reinterpret_cast<uint4*>(dst)[c] = make_uint4(w[4 * c], w[4 * c + 1], w[4 * c + 2], w[4 * c + 3]);
+            }
+            return;
+        }
+    }
+    TNN_UNROLL
+    for (uint32_t f = 0; f < F; ++f) dst[f] = from_acc<T>(v[f]);
+}
+
+// ---- per-level maths ------------------------------------------------------------------------------
+
+// Cell and interpolation weights of one row at one level (grid::axis_weight, so the same fp32 values
+// as the CPU reference).
+template <uint32_t D> struct Located {
+    uint32_t cell[D];
+    float w[D];
+};
+
+template <uint32_t D>
+__device__ __forceinline__ Located<D> locate(const float* __restrict__ x, float scale, Interpolation interp) {
+    Located<D> p;
+    TNN_UNROLL
+    for (uint32_t d = 0; d < D; ++d) {
+        const grid::AxisWeight<float> a = grid::axis_weight<float>(x[d], scale, interp);
+        p.cell[d] = a.cell;
+        p.w[d] = a.w;
+    }
+    return p;
+}
+
+// W_c = prod_d (w_d or 1 - w_d), multiplied in the order of grid::corner_weight (same bits).
+template <uint32_t D> __device__ __forceinline__ float corner_weight(const float (&w)[D], uint32_t corner) {
+    float W = 1.0f;
+    TNN_UNROLL
+    for (uint32_t d = 0; d < D; ++d) W *= ((corner >> d) & 1u) ? w[d] : 1.0f - w[d];
+    return W;
+}
+
+// Entry index of a corner: the per-dimension shortcut, or grid::grid_index for Rng / BaseConvert.
+template <uint32_t D>
+__device__ __forceinline__ uint32_t corner_entry(const KernelArgs& a, const LevelInfo& L, const CornerTerms<D>& t,
+                                                 const uint32_t (&cell)[D], uint32_t corner) {
+    if (a.generic_hash && level_mode(L) == IndexMode::Hash) {
+        uint32_t pos[D];
+        grid::corner_position(D, cell, corner, pos);
+        return grid::grid_index(grid::GridType::Hash, static_cast<grid::HashType>(a.hash), D, L.size, L.resolution,
+                                pos);
+    }
+    return corner_index<D>(L, t, corner);
+}
+
+// Loops over 2^(D-1) x-pairs or 2^D corners are unrolled up to 8 iterations (code size beyond).
+template <uint32_t N> constexpr int kUnroll = N <= 8 ? static_cast<int>(N) : 2;
+
+// ---- forward ---------------------------------------------------------------------------------------
+
+// y[row, level * F + f] = sum_c W_c V_c[f] in corner order with fma (the CPU reference's order), or the
+// lower vertex's value for Nearest; 0 for switched-off levels. Block: rows_per_block * n_levels threads.
+template <typename T, uint32_t D, uint32_t F, bool CHUNKED>
+__global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t rows_per_block,
+                                    const float* __restrict__ x, int64_t x_stride, const T* __restrict__ params,
+                                    T* __restrict__ y, int64_t y_stride, bool vec_store) {
+    __shared__ LevelInfo levels[grid::kMaxLevels];
+    for (uint32_t i = threadIdx.x; i < a.n_levels; i += blockDim.x) levels[i] = a.levels[i];
+    __syncthreads();
+    const uint32_t local_row = threadIdx.x / a.n_levels, level = threadIdx.x - local_row * a.n_levels;
+    const int64_t row = int64_t(blockIdx.x) * rows_per_block + local_row;
+    if (local_row >= rows_per_block || row >= rows) return;
+
+    float out[F];
+    TNN_UNROLL
+    for (uint32_t f = 0; f < F; ++f) out[f] = 0.0f;
+    if (level < a.n_active) {
+        const LevelInfo L = levels[level];
+        const T* __restrict__ V = params + size_t(L.offset) * F;
+        const auto interp = static_cast<Interpolation>(a.interpolation);
+        const Located<D> p = locate<D>(x + row * x_stride, L.scale, interp);
+        const CornerTerms<D> t = corner_terms<D>(L, p.cell, a.factors);
+        if (interp == Interpolation::Nearest) {
+            load_entry<T, F>(V, corner_entry<D>(a, L, t, p.cell, 0), out);
+        } else {
+            constexpr uint32_t kPairs = 1u << (D - 1);
+#pragma unroll(kUnroll<kPairs>)
+            for (uint32_t pair = 0; pair < kPairs; ++pair) {
+                const uint32_t c0 = pair << 1, c1 = c0 | 1u;
+                float v0[F], v1[F];
+                load_pair<T, F, CHUNKED>(V, corner_entry<D>(a, L, t, p.cell, c0), corner_entry<D>(a, L, t, p.cell, c1),
+                                         v0, v1);
+                const float W0 = corner_weight<D>(p.w, c0), W1 = corner_weight<D>(p.w, c1);
+                TNN_UNROLL
+                for (uint32_t f = 0; f < F; ++f) out[f] = fmaf(W0, v0[f], out[f]);
+                TNN_UNROLL
+                for (uint32_t f = 0; f < F; ++f) out[f] = fmaf(W1, v1[f], out[f]);
+            }
+        }
+    }
+    store_entry<T, F>(y + row * y_stride + size_t(level) * F, out, vec_store);
+}
+
+// ---- parameter gradient ---------------------------------------------------------------------------
+// Contributions dL/dV_c[f] += weight_c * g[f], weight W_c (first order; Nearest: 1 at the lower
+// vertex; stochastic: 1 at one sampled corner) or E_c = sum_d v_d dW_c/dx_d (the second-order pass).
+// A sink receives them: global float atomics (FloatSink), 64-bit fixed-point atomics (FixedSink),
+// shared memory (SharedSink), or the bound of the fixed-point scale (BoundSink).
+
+// sm_90's vector float reductions (one L2 operation for 2 or 4 consecutive floats; p aligned to 8 /
+// 16 bytes); elsewhere one atomic per value. The return value is unused, so atomicAdd becomes a RED.
+__device__ __forceinline__ void red_add2(float* p, float a, float b) {
+#if defined(TNN_WITH_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+#endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
+}
+__device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
+#if defined(TNN_WITH_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+    atomicAdd(p + 2, c);
+    atomicAdd(p + 3, d);
+#endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
+}
+
+// fp32 accumulation into acc (n_params floats, the level at offset * F). vec: acc is 16-byte aligned
+// and vector reductions are wanted; x-pairs in one aligned 8/16-byte slot then go as one operation.
+struct FloatSink {
+    float* acc;
+    bool vec;
+
+    struct Level {
+        float* base;
+        bool vec;
+        __device__ __forceinline__ bool skip() const { return false; }
+        template <uint32_t F> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[F]) const {
+            float* p = base + size_t(i) * F;
+            if constexpr (F == 1) {
+                atomicAdd(p, w * g[0]);
+            } else if constexpr (F == 2) {
+                if (vec) red_add2(p, w * g[0], w * g[1]);
+                else atomicAdd(p, w * g[0]), atomicAdd(p + 1, w * g[1]);
+            } else {
+                TNN_UNROLL
+                for (uint32_t f = 0; f < F; f += 4) {
+                    if (vec) red_add4(p + f, w * g[f], w * g[f + 1], w * g[f + 2], w * g[f + 3]);
+                    else atomicAdd(p + f, w * g[f]), atomicAdd(p + f + 1, w * g[f + 1]), atomicAdd(p + f + 2, w * g[f + 2]), atomicAdd(p + f + 3, w * g[f + 3]);
+                }
+            }
+        }
+        template <uint32_t F>
+        __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[F]) const {
+            if constexpr (F <= 2) {
+                // Two different entries of one aligned 2F-float slot (entries 2j and 2j + 1; the level offset
+                // is a multiple of 8): one reduction. For CoherentPrime levels this holds whenever the cell's
+                // x coordinate is even (x and x + 1 differ in bit 0 only), for dense levels when i0 is even.
+                if (vec && (i0 >> 1) == (i1 >> 1) && i0 != i1) {
+                    const bool in_order = i0 < i1;
+                    const float wl = in_order ? w0 : w1, wh = in_order ? w1 : w0;
+                    float* p = base + size_t(i0 & ~1u) * F;
+                    if constexpr (F == 1) red_add2(p, wl * g[0], wh * g[0]);
+                    else red_add4(p, wl * g[0], wl * g[1], wh * g[0], wh * g[1]);
+                    return;
+                }
+            }
+            add<F>(i0, w0, g);
+            add<F>(i1, w1, g);
+        }
+    };
+    template <uint32_t F> __device__ __forceinline__ Level level(uint32_t, const LevelInfo& L) const {
+        return Level{acc + size_t(L.offset) * F, vec};
+    }
+};
+
+// 64-bit fixed point (see grid_gpu.h): exact integer sums, bit-identical in any order.
+struct FixedSink {
+    unsigned long long* acc;
+    const int* exponents;  // per level
+
+    struct Level {
+        unsigned long long* base;
+        int k;
+        // A non-finite contribution in the level: the conversion writes NaN for all of it.
+        __device__ __forceinline__ bool skip() const { return k == kNonFiniteExponent; }
+        template <uint32_t F> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[F]) const {
+            unsigned long long* p = base + size_t(i) * F;
+            TNN_UNROLL
+            for (uint32_t f = 0; f < F; ++f) {
+                const long long q = to_fixed_point(w * g[f], k);
+                if (q != 0) atomicAdd(p + f, static_cast<unsigned long long>(q));
+            }
+        }
+        template <uint32_t F>
+        __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[F]) const {
+            add<F>(i0, w0, g);
+            add<F>(i1, w1, g);
+        }
+    };
+    template <uint32_t F> __device__ __forceinline__ Level level(uint32_t level, const LevelInfo& L) const {
+        return Level{acc + size_t(L.offset) * F, exponents[level]};
+    }
+};
+
+// The largest per-row sum of |contribution| of a block (all of one level), for the fixed-point scale.
+struct BoundSink {
+    struct Level {
+        float* sum;
+        template <uint32_t F> __device__ __forceinline__ void add(uint32_t, float w, const float (&g)[F]) const {
+            float m = 0.0f;
+            TNN_UNROLL
+            for (uint32_t f = 0; f < F; ++f) m = fmaxf(m, fabsf(g[f]));
+            // fmaxf drops NaN: a NaN gradient must still be seen, so it is added as is.
+            TNN_UNROLL
+            for (uint32_t f = 0; f < F; ++f)
+                if (g[f] != g[f]) m = g[f];
+            *sum += fabsf(w) * m;
+        }
+        template <uint32_t F>
+        __device__ __forceinline__ void add_pair(uint32_t, float w0, uint32_t, float w1, const float (&g)[F]) const {
+            add<F>(0, w0, g);
+            add<F>(0, w1, g);
+        }
+    };
+};
+
+// Accumulation into shared memory, features [f0, f0 + fs) of the level: slot i * fs + f - f0.
+template <typename ACC> struct SharedSink {
+    ACC* slots;
+    uint32_t f0, fs;
+    int k;  // fixed point (ACC = unsigned long long)
+
+    template <uint32_t F> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[F]) const {
+        TNN_UNROLL
+        for (uint32_t f = 0; f < F; ++f) {
+            if (f < f0 || f >= f0 + fs) continue;
+            ACC* slot = slots + size_t(i) * fs + (f - f0);
+            if constexpr (sizeof(ACC) == 4) {
+                atomicAdd(slot, w * g[f]);
+            } else {
+                const long long q = to_fixed_point(w * g[f], k);
+                if (q != 0) atomicAdd(slot, static_cast<unsigned long long>(q));
+            }
+        }
+    }
+    template <uint32_t F>
+    __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[F]) const {
+        add<F>(i0, w0, g);
+        add<F>(i1, w1, g);
+    }
+};
+
+// Sends one row's contributions at one level to `sink`. x, v: the row's input and (SECOND) its
+// dL'/d(dL/dx); g: its dL/dy at the level.
+template <uint32_t D, uint32_t F, bool SECOND, typename SINK>
+__device__ __forceinline__ void row_contributions(const KernelArgs& a, const LevelInfo& L, uint32_t level, int64_t row,
+                                                  int64_t rows, const float* __restrict__ x,
+                                                  const float* __restrict__ v, const float (&g)[F], const SINK& sink) {
+    const auto interp = static_cast<Interpolation>(a.interpolation);
+    if constexpr (SECOND) {
+        if (interp == Interpolation::Nearest) return;  // the weights are constant in x
+        grid::AxisWeight<float> axis[D];
+        float vd[D];
+        uint32_t cell[D];
+        TNN_UNROLL
+        for (uint32_t d = 0; d < D; ++d) {
+            axis[d] = grid::axis_weight<float>(x[d], L.scale, interp);
+            cell[d] = axis[d].cell;
+            vd[d] = v[d];
+        }
+        const CornerTerms<D> t = corner_terms<D>(L, cell, a.factors);
+#pragma unroll(kUnroll<(1u << D)>)
+        for (uint32_t c = 0; c < (1u << D); ++c) {
+            float grad[D];
+            grid::corner_weight_gradient(D, axis, c, grad);
+            float E = 0.0f;
+            TNN_UNROLL
+            for (uint32_t d = 0; d < D; ++d) E += vd[d] * grad[d];
+            sink.template add<F>(corner_entry<D>(a, L, t, cell, c), E, g);
+        }
+    } else {
+        const Located<D> p = locate<D>(x, L.scale, interp);
+        const CornerTerms<D> t = corner_terms<D>(L, p.cell, a.factors);
+        if (interp == Interpolation::Nearest) {
+            sink.template add<F>(corner_entry<D>(a, L, t, p.cell, 0), 1.0f, g);
+        } else if (a.stochastic) {
+            // tcnn: one corner per element and level, upper along d when the sample < w_d.
+            const float s = grid::stochastic_sample(static_cast<uint32_t>(row + int64_t(level) * rows));
+            uint32_t corner = 0;
+            TNN_UNROLL
+            for (uint32_t d = 0; d < D; ++d)
+                if (!(s >= p.w[d])) corner |= 1u << d;
+            sink.template add<F>(corner_entry<D>(a, L, t, p.cell, corner), 1.0f, g);
+        } else {
+            constexpr uint32_t kPairs = 1u << (D - 1);
+#pragma unroll(kUnroll<kPairs>)
+            for (uint32_t pair = 0; pair < kPairs; ++pair) {
+                const uint32_t c0 = pair << 1, c1 = c0 | 1u;
+                sink.template add_pair<F>(corner_entry<D>(a, L, t, p.cell, c0), corner_weight<D>(p.w, c0),
+                                          corner_entry<D>(a, L, t, p.cell, c1), corner_weight<D>(p.w, c1), g);
+            }
+        }
+    }
+}
+
+template <typename T, uint32_t F>
+__device__ __forceinline__ void load_gradient(const T* __restrict__ g, int64_t row, int64_t stride, uint32_t level,
+                                              float (&out)[F]) {
+    TNN_UNROLL
+    for (uint32_t f = 0; f < F; ++f) out[f] = to_acc(g[row * stride + size_t(level) * F + f]);
+}
+
+// Global-atomic reduction, one thread per row of level list.ids[blockIdx.x / blocks_per_level].
+// SINK: FloatSink or FixedSink.
+template <typename T, uint32_t D, uint32_t F, bool SECOND, typename SINK>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_grad_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level, int64_t rows,
+                           const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
+                           int64_t v_stride, const T* __restrict__ g, int64_t g_stride, const SINK sink) {
+    const uint32_t level = list.ids[blockIdx.x / blocks_per_level];
+    const int64_t row = int64_t(blockIdx.x % blocks_per_level) * kThreads + threadIdx.x;
+    if (row >= rows) return;
+    const LevelInfo& L = a.levels[level];
+    const auto s = sink.template level<F>(level, L);
+    if (s.skip()) return;
+    float gv[F];
+    load_gradient<T, F>(g, row, g_stride, level, gv);
+    row_contributions<D, F, SECOND>(a, L, level, row, rows, x + row * x_stride, SECOND ? v + row * v_stride : nullptr,
+                                    gv, s);
+}
+
+// Shared-memory reduction of small levels: block b reduces item items[b / blocks_per_item] over rows
+// [(b % blocks_per_item) * rows_per_block, +rows_per_block) into slots (dynamic shared memory), then
+// adds the nonzero slots to the global accumulator (consecutive threads, consecutive addresses).
+template <typename T, uint32_t D, uint32_t F, typename ACC>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_grad_shared_kernel(const KernelArgs a, const SharedItems items, uint32_t blocks_per_item,
+                                  int64_t rows_per_block, int64_t rows, const float* __restrict__ x, int64_t x_stride,
+                                  const T* __restrict__ g, int64_t g_stride, ACC* __restrict__ acc,
+                                  const int* __restrict__ exponents) {
+    extern __shared__ unsigned char shared_bytes[];
+    ACC* slots = reinterpret_cast<ACC*>(shared_bytes);
+    const SharedItems::Item item = items.items[blockIdx.x / blocks_per_item];
+    const uint32_t level = item.level, f0 = item.f0, fs = item.fs;
+    const LevelInfo& L = a.levels[level];
+    int k = 0;
+    if constexpr (sizeof(ACC) == 8) {
+        k = exponents[level];
+        if (k == kNonFiniteExponent) return;
+    }
+    const uint32_t n_slots = L.size * fs;
+    for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) slots[i] = ACC(0);
+    __syncthreads();
+    const int64_t begin = int64_t(blockIdx.x % blocks_per_item) * rows_per_block;
+    const int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
+    const SharedSink<ACC> sink{slots, f0, fs, k};
+    for (int64_t row = begin + threadIdx.x; row < end; row += kThreads) {
+        float gv[F];
+        load_gradient<T, F>(g, row, g_stride, level, gv);
+        row_contributions<D, F, false>(a, L, level, row, rows, x + row * x_stride, nullptr, gv, sink);
+    }
+    __syncthreads();
+    ACC* out = acc + size_t(L.offset) * F;
+    for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) {
+        const ACC value = slots[i];
+        if (value != ACC(0)) atomicAdd(out + size_t(i / fs) * F + f0 + i % fs, value);
+    }
+}
+
+// Per level, the largest per-row sum of |contribution| as fp32 bits (atomicMax on the bits orders
+// non-negative floats; NaN bits exceed +inf's). Same block layout as grid_param_grad_kernel.
+template <typename T, uint32_t D, uint32_t F, bool SECOND>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_bound_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level, int64_t rows,
+                            const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
+                            int64_t v_stride, const T* __restrict__ g, int64_t g_stride,
+                            unsigned int* __restrict__ bound_bits) {
+    __shared__ unsigned int block_max;
+    if (threadIdx.x == 0) block_max = 0;
+    __syncthreads();
+    const uint32_t level = list.ids[blockIdx.x / blocks_per_level];
+    const int64_t row = int64_t(blockIdx.x % blocks_per_level) * kThreads + threadIdx.x;
+    if (row < rows) {
+        float gv[F], sum = 0.0f;
+        load_gradient<T, F>(g, row, g_stride, level, gv);
+        const BoundSink::Level s{&sum};
+        row_contributions<D, F, SECOND>(a, a.levels[level], level, row, rows, x + row * x_stride,
+                                        SECOND ? v + row * v_stride : nullptr, gv, s);
+        atomicMax(&block_max, __float_as_uint(fabsf(sum)));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && block_max != 0) atomicMax(bound_bits + level, block_max);
+}
+
+// ---- input gradient and second-order rows (one thread per row; grid_math.h's functions as is) --------
+
+// dL/dx_d = sum_l sum_c dW_c/dx_d sum_f g_{l,f} V_c[f] (zero for Nearest).
+template <typename T, uint32_t D, uint32_t F>
+__global__ void __launch_bounds__(kThreads)
+    grid_input_grad_kernel(const KernelArgs a, int64_t rows, const float* __restrict__ x, int64_t x_stride,
+                           const T* __restrict__ g, int64_t g_stride, const T* __restrict__ params,
+                           float* __restrict__ dx_out, int64_t dx_stride) {
+    const int64_t row = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+    if (row >= rows) return;
+    const auto interp = static_cast<Interpolation>(a.interpolation);
+    float dx[D];
+    TNN_UNROLL
+    for (uint32_t d = 0; d < D; ++d) dx[d] = 0.0f;
+    for (uint32_t l = 0; interp != Interpolation::Nearest && l < a.n_active; ++l) {
+        const LevelInfo& L = a.levels[l];
+        const T* __restrict__ V = params + size_t(L.offset) * F;
+        grid::AxisWeight<float> axis[D];
+        uint32_t cell[D];
+        TNN_UNROLL
+        for (uint32_t d = 0; d < D; ++d) {
+            axis[d] = grid::axis_weight<float>(x[row * x_stride + d], L.scale, interp);
+            cell[d] = axis[d].cell;
+        }
+        const CornerTerms<D> t = corner_terms<D>(L, cell, a.factors);
+        float gl[F];
+        load_gradient<T, F>(g, row, g_stride, l, gl);
+#pragma unroll(kUnroll<(1u << D)>)
+        for (uint32_t c = 0; c < (1u << D); ++c) {
+            float val[F], grad[D];
+            load_entry<T, F>(V, corner_entry<D>(a, L, t, cell, c), val);
+            float gv = 0.0f;
+            TNN_UNROLL
+            for (uint32_t f = 0; f < F; ++f) gv += gl[f] * val[f];
+            grid::corner_weight_gradient(D, axis, c, grad);
+            TNN_UNROLL
+            for (uint32_t d = 0; d < D; ++d) dx[d] += grad[d] * gv;
+        }
+    }
+    TNN_UNROLL
+    for (uint32_t d = 0; d < D; ++d) dx_out[row * dx_stride + d] = dx[d];
+}
+
+// The second-order pass's row outputs (grid.cpp's second_order_rows): dL'/d(dL/dy) and dL'/dx.
+template <typename T, uint32_t D, uint32_t F>
+__global__ void __launch_bounds__(kThreads)
+    grid_second_order_rows_kernel(const KernelArgs a, int64_t rows, const float* __restrict__ x, int64_t x_stride,
+                                  const float* __restrict__ v, int64_t v_stride, const T* __restrict__ g,
+                                  int64_t g_stride, const T* __restrict__ params, T* __restrict__ dgrad,
+                                  int64_t dgrad_stride, float* __restrict__ dx_out, int64_t dx_stride) {
+    const int64_t row = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+    if (row >= rows) return;
+    const auto interp = static_cast<Interpolation>(a.interpolation);
+    float vd[D], dx[D];
+    TNN_UNROLL
+    for (uint32_t d = 0; d < D; ++d) {
+        vd[d] = v[row * v_stride + d];
+        dx[d] = 0.0f;
+    }
+    for (uint32_t l = 0; l < a.n_levels; ++l) {
+        float dg[F];
+        TNN_UNROLL
+        for (uint32_t f = 0; f < F; ++f) dg[f] = 0.0f;
+        if (l < a.n_active && interp != Interpolation::Nearest) {
+            const LevelInfo& L = a.levels[l];
+            const T* __restrict__ V = params + size_t(L.offset) * F;
+            grid::AxisWeight<float> axis[D];
+            uint32_t cell[D];
+            TNN_UNROLL
+            for (uint32_t d = 0; d < D; ++d) {
+                axis[d] = grid::axis_weight<float>(x[row * x_stride + d], L.scale, interp);
+                cell[d] = axis[d].cell;
+            }
+            const CornerTerms<D> t = corner_terms<D>(L, cell, a.factors);
+            float gl[F];
+            load_gradient<T, F>(g, row, g_stride, l, gl);
+#pragma unroll(kUnroll<(1u << D)>)
+            for (uint32_t c = 0; c < (1u << D); ++c) {
+                float val[F], grad[D], hv[D];
+                load_entry<T, F>(V, corner_entry<D>(a, L, t, cell, c), val);
+                grid::corner_weight_gradient(D, axis, c, grad);
+                float E = 0.0f;
+                TNN_UNROLL
+                for (uint32_t d = 0; d < D; ++d) E += vd[d] * grad[d];
+                float gv = 0.0f;
+                TNN_UNROLL
+                for (uint32_t f = 0; f < F; ++f) {
+                    dg[f] += E * val[f];
+                    gv += gl[f] * val[f];
+                }
+                if (dx_out) {
+                    grid::corner_weight_hessian_dot(D, axis, c, vd, hv);
+                    TNN_UNROLL
+                    for (uint32_t d = 0; d < D; ++d) dx[d] += hv[d] * gv;
+                }
+            }
+        }
+        if (dgrad) {
+            TNN_UNROLL
+            for (uint32_t f = 0; f < F; ++f) dgrad[row * dgrad_stride + size_t(l) * F + f] = from_acc<T>(dg[f]);
+        }
+    }
+    if (dx_out) {
+        TNN_UNROLL
+        for (uint32_t d = 0; d < D; ++d) dx_out[row * dx_stride + d] = dx[d];
+    }
+}
+
+// ---- gradient conversion ---------------------------------------------------------------------------
+
+// dst = acc (overwrite) or dst + acc (accumulate), one rounding to T.
+template <typename T>
+__global__ void grid_gradient_from_float_kernel(const float* __restrict__ acc, T* __restrict__ dst, int64_t n,
+                                                bool accumulate) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        dst[i] = from_acc<T>(accumulate ? to_acc(dst[i]) + acc[i] : acc[i]);
+}
+
+// The same from the fixed-point accumulator; blockIdx.y is the level (its exponent).
+template <typename T>
+__global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, uint32_t n_features,
+                                                const unsigned long long* __restrict__ acc,
+                                                const int* __restrict__ exponents, T* __restrict__ dst,
+                                                bool accumulate) {
+    const LevelInfo& L = a.levels[blockIdx.y];
+    const int k = exponents[blockIdx.y];
+    const int64_t begin = int64_t(L.offset) * n_features, n = int64_t(L.size) * n_features;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const float value = from_fixed_point(static_cast<long long>(acc[begin + i]), k);
+        dst[begin + i] = from_acc<T>(accumulate ? to_acc(dst[begin + i]) + value : value);
+    }
+}
+
+// ---- launchers ---------------------------------------------------------------------------------------
+
+// One call's shared arguments as the launchers take them (raw pointers and sizes).
+struct Call {
+    const KernelArgs* args;
+    gpu_stream_t stream;
+    int64_t rows;
+    const float* x;
+    int64_t x_stride;
+};
+
+// The launchers of one input dimension: a small table of functions that take the storage type and
+// the features per level at run time (void pointers: float, gpu_half or gpu_bf16 by `dtype`).
+// make_launchers<D> fills it; instantiations/grid_d<D>.cu compiles it, grid.cu picks the table by D.
+struct Launchers {
+    void (*forward)(const Call&, DType, uint32_t n_features, const void* params, void* y, int64_t y_stride,
+                    bool vec_store, bool chunked, uint32_t threads);
+    // Global-atomic parameter gradient of the listed levels (second: weights E_c of the second-order pass).
+    void (*param_grad_float)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
+                             int64_t v_stride, const void* g, int64_t g_stride, const FloatSink&);
+    void (*param_grad_fixed)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
+                             int64_t v_stride, const void* g, int64_t g_stride, const FixedSink&);
+    // Shared-memory parameter gradient of small levels (first order), into a float or fixed-point accumulator.
+    void (*param_grad_shared_float)(const Call&, DType, uint32_t n_features, const SharedItems&,
+                                    uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
+                                    const void* g, int64_t g_stride, float* acc);
+    void (*param_grad_shared_fixed)(const Call&, DType, uint32_t n_features, const SharedItems&,
+                                    uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
+                                    const void* g, int64_t g_stride, unsigned long long* acc, const int* exponents);
+    void (*param_bound)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
+                        int64_t v_stride, const void* g, int64_t g_stride, unsigned int* bound_bits);
+    void (*input_grad)(const Call&, DType, uint32_t n_features, const void* g, int64_t g_stride, const void* params,
+                       float* dx, int64_t dx_stride);
+    void (*second_order_rows)(const Call&, DType, uint32_t n_features, const float* v, int64_t v_stride,
+                              const void* g, int64_t g_stride, const void* params, void* dgrad, int64_t dgrad_stride,
+                              float* dx, int64_t dx_stride);
+};
+
+// The one place where the storage dtype and the features per level become template parameters:
+// f(T{}, std::integral_constant<uint32_t, F>{}).
+template <typename FN> void dispatch_storage(DType dtype, uint32_t n_features, FN&& f) {
+    auto with_type = [&](auto t) {
+        switch (n_features) {
+            case 1: f(t, std::integral_constant<uint32_t, 1>{}); return;
+            case 2: f(t, std::integral_constant<uint32_t, 2>{}); return;
+            case 4: f(t, std::integral_constant<uint32_t, 4>{}); return;
+            case 8: f(t, std::integral_constant<uint32_t, 8>{}); return;
+        }
+        throw UnsupportedError(msg("grid encoding (GPU): ", n_features, " features per level (1, 2, 4 or 8)"));
+    };
+    switch (dtype) {
+        case DType::f32: with_type(float{}); return;
+        case DType::f16: with_type(gpu_half{}); return;
+        case DType::bf16: with_type(gpu_bf16{}); return;
+        default: throw UnsupportedError(msg("grid encoding (GPU): no kernels for ", dtype_name(dtype)));
+    }
+}
+
+template <uint32_t D, typename SINK>
+void launch_param_grad(const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
+                       const float* v, int64_t v_stride, const void* g, int64_t g_stride, const SINK& sink) {
+    if (list.count == 0) return;
+    dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+        using T = decltype(t);
+        constexpr uint32_t F = decltype(f)::value;
+        const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads));
+        const T* gt = static_cast<const T*>(g);
+        if (second)
+            grid_param_grad_kernel<T, D, F, true, SINK><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
+        else
+            grid_param_grad_kernel<T, D, F, false, SINK><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
+        TNN_GPU_CHECK_LAUNCH("grid_param_grad_kernel");
+    });
+}
+
+template <uint32_t D, typename ACC>
+void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
+                              uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes, const void* g,
+                              int64_t g_stride, ACC* acc, const int* exponents) {
+    if (items.count == 0) return;
+    dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+        using T = decltype(t);
+        constexpr uint32_t F = decltype(f)::value;
+        grid_param_grad_shared_kernel<T, D, F, ACC>
+            <<<dim3(items.count * blocks_per_item), kThreads, shared_bytes, c.stream>>>(
+                *c.args, items, blocks_per_item, rows_per_block, c.rows, c.x, c.x_stride, static_cast<const T*>(g),
+                g_stride, acc, exponents);
+        TNN_GPU_CHECK_LAUNCH("grid_param_grad_shared_kernel");
+    });
+}
+
+template <uint32_t D> Launchers make_launchers() {
+    Launchers l;
+    l.forward = [](const Call& c, DType dtype, uint32_t n_features, const void* params, void* y, int64_t y_stride,
+                   bool vec_store, bool chunked, uint32_t threads) {
+        dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+            using T = decltype(t);
+            constexpr uint32_t F = decltype(f)::value;
+            const uint32_t rows_per_block = threads / c.args->n_levels > 0 ? threads / c.args->n_levels : 1;
+            const dim3 grid(static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, rows_per_block)));
+            const unsigned block = rows_per_block * c.args->n_levels;
+            const T* p = static_cast<const T*>(params);
+            T* out = static_cast<T*>(y);
+            if (chunked)
+                grid_forward_kernel<T, D, F, true><<<grid, block, 0, c.stream>>>(*c.args, c.rows, rows_per_block, c.x,
+                                                                                  c.x_stride, p, out, y_stride, vec_store);
+            else
+                grid_forward_kernel<T, D, F, false><<<grid, block, 0, c.stream>>>(*c.args, c.rows, rows_per_block, c.x,
+                                                                                   c.x_stride, p, out, y_stride, vec_store);
+            TNN_GPU_CHECK_LAUNCH("grid_forward_kernel");
+        });
+    };
+    l.param_grad_float = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
+                            const float* v, int64_t v_stride, const void* g, int64_t g_stride, const FloatSink& sink) {
+        launch_param_grad<D>(c, dtype, n_features, second, list, v, v_stride, g, g_stride, sink);
+    };
+    l.param_grad_fixed = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
+                            const float* v, int64_t v_stride, const void* g, int64_t g_stride, const FixedSink& sink) {
+        launch_param_grad<D>(c, dtype, n_features, second, list, v, v_stride, g, g_stride, sink);
+    };
+    l.param_grad_shared_float = [](const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
+                                   uint32_t bpi, int64_t rows_per_block, size_t shared_bytes, const void* g,
+                                   int64_t g_stride, float* acc) {
+        launch_param_grad_shared<D>(c, dtype, n_features, items, bpi, rows_per_block, shared_bytes, g, g_stride, acc,
+                                    nullptr);
+    };
+    l.param_grad_shared_fixed = [](const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
+                                   uint32_t bpi, int64_t rows_per_block, size_t shared_bytes, const void* g,
+                                   int64_t g_stride, unsigned long long* acc, const int* exponents) {
+        launch_param_grad_shared<D>(c, dtype, n_features, items, bpi, rows_per_block, shared_bytes, g, g_stride, acc,
+                                    exponents);
+    };
+    l.param_bound = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
+                       const float* v, int64_t v_stride, const void* g, int64_t g_stride, unsigned int* bound_bits) {
+        if (list.count == 0) return;
+        dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+            using T = decltype(t);
+            constexpr uint32_t F = decltype(f)::value;
+            const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads));
+            const T* gt = static_cast<const T*>(g);
+            if (second)
+                grid_param_bound_kernel<T, D, F, true><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, bound_bits);
+            else
+                grid_param_bound_kernel<T, D, F, false><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, bound_bits);
+            TNN_GPU_CHECK_LAUNCH("grid_param_bound_kernel");
+        });
+    };
+    l.input_grad = [](const Call& c, DType dtype, uint32_t n_features, const void* g, int64_t g_stride,
+                      const void* params, float* dx, int64_t dx_stride) {
+        dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+            using T = decltype(t);
+            constexpr uint32_t F = decltype(f)::value;
+            grid_input_grad_kernel<T, D, F><<<dim3(static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kThreads))),
+                                              kThreads, 0, c.stream>>>(*c.args, c.rows, c.x, c.x_stride,
+                                                                       static_cast<const T*>(g), g_stride,
+                                                                       static_cast<const T*>(params), dx, dx_stride);
+            TNN_GPU_CHECK_LAUNCH("grid_input_grad_kernel");
+        });
+    };
+    l.second_order_rows = [](const Call& c, DType dtype, uint32_t n_features, const float* v, int64_t v_stride,
+                             const void* g, int64_t g_stride, const void* params, void* dgrad, int64_t dgrad_stride,
+                             float* dx, int64_t dx_stride) {
+        dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+            using T = decltype(t);
+            constexpr uint32_t F = decltype(f)::value;
+            grid_second_order_rows_kernel<T, D, F>
+                <<<dim3(static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kThreads))), kThreads, 0, c.stream>>>(
+                    *c.args, c.rows, c.x, c.x_stride, v, v_stride, static_cast<const T*>(g), g_stride,
+                    static_cast<const T*>(params), static_cast<T*>(dgrad), dgrad_stride, dx, dx_stride);
+            TNN_GPU_CHECK_LAUNCH("grid_second_order_rows_kernel");
+        });
+    };
+    return l;
+}
+
+// The table of each input dimension, compiled in instantiations/grid_d<D>.cu.
+template <uint32_t D> const Launchers& launchers();
+template <> const Launchers& launchers<1>();
+template <> const Launchers& launchers<2>();
+template <> const Launchers& launchers<3>();
+template <> const Launchers& launchers<4>();
+template <> const Launchers& launchers<5>();
+template <> const Launchers& launchers<6>();
+template <> const Launchers& launchers<7>();
+
+}  // namespace tnn::grid_gpu

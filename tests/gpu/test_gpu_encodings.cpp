@@ -1,0 +1,714 @@
+// Every encoding on every backend against the CPU fp64 reference: one list of cases (grid types,
+// interpolations, features per level, dimensions 1..7, hashes, set_max_level, stochastic and
+// deterministic gradients, the parameter-free encodings, Composites; batch sizes 0, 1, odd) x
+// {fp32, fp16, bf16}, comparing forward, inference, backward (dL/dx, dL/dparams) and the second-order
+// pass. Then GPU-only properties: bitwise determinism of the ordered grid gradient (run to run, across
+// kernel variants, global switch), load paths, accumulate mode, strided views, graph capture, streams.
+#include "gpu_test_util.h"
+
+#include "encodings/grid_gpu.h"
+#include "encodings/grid_math.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <tuple>
+
+using namespace tnn;
+using namespace tnn::test;
+
+namespace {
+
+// A grid inside a case's config: the test keeps inputs away from its cell borders, where the fp32
+// positions of the GPU (and of tcnn) and the fp64 positions of the reference may fall in different
+// cells (the output is continuous there, its x-derivative is not).
+struct GridSpec {
+    uint32_t first_dim, n_dims, n_levels, base_resolution;
+    float per_level_scale;
+};
+// A TriangleWave: inputs stay away from its kinks (same reason).
+struct TriangleSpec {
+    uint32_t first_dim, n_dims, n_frequencies;
+};
+
+struct EncodingCase {
+    std::string name;
+    uint32_t n_dims;
+    json config;
+    int64_t batch;
+    std::vector<GridSpec> grids = {};
+    std::vector<TriangleSpec> triangles = {};
+    // Sensitivity of the outputs to fp32 rounding of the input-dependent argument, in units of that
+    // rounding (see error_model): grids 3 D (max_scale + 1), Frequency 2^n pi, ...
+    double argument_terms = 2;
+    // Intermediate results stored in the encoding's dtype along the longest chain (a Product composite
+    // stores the nested outputs and the nested output gradients): each adds eps_dtype relative error.
+    double dtype_roundings = 0;
+    double lo = 0.0, hi = 1.0;
+    float max_level = 1000.0f;  // set_max_level
+    // Stochastic interpolation picks corners by comparing an fp32 sample with the fp32 weight: the
+    // parameter gradient is compared with the CPU result in the same precision, not fp64.
+    bool reference_is_naive = false;
+};
+
+std::ostream& operator<<(std::ostream& os, const EncodingCase& c) { return os << c.name; }
+
+json grid_config(const char* otype, std::initializer_list<std::pair<const char*, json>> keys) {
+    json j = {{"otype", otype}};
+    for (const auto& [k, v] : keys) j[k] = v;
+    return j;
+}
+
+// 3 D (S + 1): the fp32 position scale * x + 0.5 is off by up to eps (S + 1); each of the D weight
+// factors moves by that times its slope (at most 1.5, smoothstep), and a corner weight has D factors.
+double grid_argument_terms(uint32_t n_dims, uint32_t n_levels, uint32_t base, float per_level_scale) {
+    const float s = grid::grid_scale(n_levels - 1, std::log2(per_level_scale), base);
+    return 3.0 * n_dims * (static_cast<double>(std::max(s, 1.0f)) + 1.0);
+}
+
+EncodingCase grid_case(std::string name, uint32_t n_dims, json config, int64_t batch) {
+    const std::string type = config.value("type", std::string("Hash"));
+    const uint32_t n_levels = config.value("n_levels", 16u), base = config.value("base_resolution", 16u);
+    const bool dense = config["otype"] == "DenseGrid" || type == "Dense";
+    const float default_scale =
+        dense && n_levels > 1 ? std::exp(std::log(256.0f / static_cast<float>(base)) / static_cast<float>(n_levels - 1))
+                              : (dense ? 1.0f : 2.0f);
+    const float scale = config.value("per_level_scale", default_scale);
+    EncodingCase c{std::move(name), n_dims, config, batch};
+    c.grids = {{0, n_dims, n_levels, base, scale}};
+    c.argument_terms = grid_argument_terms(n_dims, n_levels, base, scale);
+    return c;
+}
+
+const std::vector<EncodingCase>& encoding_cases() {
+    static const std::vector<EncodingCase> cases = [] {
+        std::vector<EncodingCase> v;
+        // ---- grids: types, interpolations, features per level, dimensions, hashes
+        v.push_back(grid_case("hash3d_f2_linear", 3,
+                              grid_config("HashGrid", {{"n_levels", 8}, {"log2_hashmap_size", 12},
+                                                       {"base_resolution", 4}, {"per_level_scale", 1.5}}),
+                              1000));
+        v.push_back(grid_case("hash3d_f2_deterministic", 3,
+                              grid_config("HashGrid", {{"n_levels", 8}, {"log2_hashmap_size", 12},
+                                                       {"base_resolution", 4}, {"per_level_scale", 1.5},
+                                                       {"deterministic", true}}),
+                              1000));
+        v.push_back(grid_case("hash2d_f4_smoothstep", 2,
+                              grid_config("HashGrid", {{"n_levels", 4}, {"n_features_per_level", 4},
+                                                       {"log2_hashmap_size", 10}, {"base_resolution", 8},
+                                                       {"interpolation", "Smoothstep"}}),
+                              777));
+        v.push_back(grid_case("dense3d_f1_linear", 3,
+                              grid_config("DenseGrid", {{"n_levels", 3}, {"n_features_per_level", 1},
+                                                        {"base_resolution", 4}}),
+                              1000));
+        v.push_back(grid_case("dense3d_f1_deterministic_smoothstep", 3,
+                              grid_config("DenseGrid", {{"n_levels", 3}, {"n_features_per_level", 1},
+                                                        {"base_resolution", 4}, {"interpolation", "Smoothstep"},
+                                                        {"deterministic", true}}),
+                              4097));
+        v.push_back(grid_case("tiled2d_f8_nearest", 2,
+                              grid_config("TiledGrid", {{"n_levels", 2}, {"n_features_per_level", 8},
+                                                        {"base_resolution", 5}, {"interpolation", "Nearest"}}),
+                              513));
+        v.push_back(grid_case("tiled3d_f2_linear_batch7", 3,
+                              grid_config("TiledGrid", {{"n_levels", 3}, {"base_resolution", 3}}), 7));
+        v.push_back(grid_case("hash1d_f2_batch1", 1,
+                              grid_config("HashGrid", {{"n_levels", 6}, {"log2_hashmap_size", 6}}), 1));
+        v.push_back(grid_case("hash4d_f2", 4,
+                              grid_config("HashGrid", {{"n_levels", 4}, {"log2_hashmap_size", 12},
+                                                       {"base_resolution", 4}}),
+                              1000));
+        v.push_back(grid_case("hash5d_f1", 5,
+                              grid_config("HashGrid", {{"n_levels", 2}, {"n_features_per_level", 1},
+                                                       {"log2_hashmap_size", 8}, {"base_resolution", 2}}),
+                              333));
+        v.push_back(grid_case("hash6d_f2_deterministic", 6,
+                              grid_config("HashGrid", {{"n_levels", 2}, {"log2_hashmap_size", 8},
+                                                       {"base_resolution", 2}, {"deterministic", true}}),
+                              333));
+        v.push_back(grid_case("hash7d_f4", 7,
+                              grid_config("HashGrid", {{"n_levels", 2}, {"n_features_per_level", 4},
+                                                       {"log2_hashmap_size", 8}, {"base_resolution", 2}}),
+                              200));
+        v.push_back(grid_case("hash3d_f8_smoothstep_deterministic", 3,
+                              grid_config("HashGrid", {{"n_levels", 3}, {"n_features_per_level", 8},
+                                                       {"log2_hashmap_size", 9}, {"interpolation", "Smoothstep"},
+                                                       {"deterministic", true}}),
+                              1000));
+        for (const char* hash : {"Prime", "ReversedPrime", "Rng", "BaseConvert"})
+            v.push_back(grid_case(std::string("hash3d_") + hash, 3,
+                                  grid_config("HashGrid", {{"n_levels", 3}, {"log2_hashmap_size", 8}, {"hash", hash}}),
+                                  500));
+        v.push_back(grid_case("hash2d_nearest_tiny_table", 2,
+                              grid_config("HashGrid", {{"n_levels", 3}, {"log2_hashmap_size", 2},
+                                                       {"interpolation", "Nearest"}}),
+                              300));
+        {
+            EncodingCase c = grid_case("hash3d_max_level_half", 3,
+                                       grid_config("HashGrid", {{"n_levels", 6}, {"log2_hashmap_size", 10},
+                                                                {"base_resolution", 4}}),
+                                       700);
+            c.max_level = 0.5f;
+            v.push_back(c);
+        }
+        {
+            EncodingCase c = grid_case("hash3d_stochastic", 3,
+                                       grid_config("HashGrid", {{"n_levels", 4}, {"log2_hashmap_size", 10},
+                                                                {"stochastic_interpolation", true}}),
+                                       1000);
+            c.reference_is_naive = true;
+            v.push_back(c);
+        }
+        v.push_back(grid_case("hash3d_empty_batch", 3, grid_config("HashGrid", {{"n_levels", 2}}), 0));
+        // ---- parameter-free encodings
+        v.push_back({"identity", 3, {{"otype", "Identity"}, {"scale", 1.5}, {"offset", 0.25}}, 1000});
+        {
+            // sin(2^k pi x) with an fp32 argument off by eps 2^k pi |x|: 2^(n-1) pi for n frequencies.
+            EncodingCase c{"frequency", 2, {{"otype", "Frequency"}, {"n_frequencies", 6}}, 1000};
+            c.argument_terms = 32 * 3.1416 + 4;
+            v.push_back(c);
+        }
+        {
+            EncodingCase c{"triangle_wave", 3, {{"otype", "TriangleWave"}, {"n_frequencies", 5}}, 777};
+            c.triangles = {{0, 3, 5}};
+            c.argument_terms = 32 + 4;
+            v.push_back(c);
+        }
+        {
+            // The blob's polynomial in u = n t: relative rounding of about 8 operations, times n.
+            EncodingCase c{"oneblob", 2, {{"otype", "OneBlob"}, {"n_bins", 8}}, 1000};
+            c.lo = -0.3;
+            c.hi = 1.3;
+            c.argument_terms = 8 * 8;
+            v.push_back(c);
+        }
+        for (uint32_t degree : {1u, 4u, 8u}) {
+            // Recurrences over l and m: each basis function is a product/sum chain of about 4 degree^2 roundings.
+            EncodingCase c{msg("sh", degree), 3, {{"otype", "SphericalHarmonics"}, {"degree", degree}}, 333};
+            c.argument_terms = 4.0 * degree * degree;
+            v.push_back(c);
+        }
+        v.push_back({"empty", 2, {{"otype", "Empty"}}, 100});
+        // ---- composites
+        {
+            EncodingCase c{"composite_concat",
+                           5,
+                           {{"otype", "Composite"},
+                            {"nested",
+                             {{{"otype", "SphericalHarmonics"}, {"degree", 3}, {"n_dims_to_encode", 3}},
+                              {{"otype", "Frequency"}, {"n_frequencies", 3}, {"n_dims_to_encode", 2},
+                               {"dims_to_encode_begin", 1}},
+                              {{"otype", "HashGrid"}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 3},
+                               {"n_levels", 2}, {"base_resolution", 3}, {"log2_hashmap_size", 4},
+                               {"interpolation", "Smoothstep"}}}}},
+                           1000};
+            c.grids = {{3, 2, 2, 3, 2.0f}};
+            c.argument_terms = std::max(grid_argument_terms(2, 2, 3, 2.0f), 8 * 3.1416);
+            v.push_back(c);
+        }
+        {
+            EncodingCase c{"composite_sum",
+                           3,
+                           {{"otype", "Composite"},
+                            {"reduction", "Sum"},
+                            {"nested",
+                             {{{"otype", "Frequency"}, {"n_frequencies", 2}, {"n_dims_to_encode", 1}},
+                              {{"otype", "OneBlob"}, {"n_bins", 4}, {"n_dims_to_encode", 1}, {"dims_to_encode_begin", 2}},
+                              {{"otype", "SphericalHarmonics"}, {"degree", 2}, {"n_dims_to_encode", 3},
+                               {"dims_to_encode_begin", 0}}}}},
+                           777};
+            c.argument_terms = 32;
+            v.push_back(c);
+        }
+        {
+            EncodingCase c{"composite_product",
+                           4,
+                           {{"otype", "Composite"},
+                            {"reduction", "Product"},
+                            {"nested",
+                             {{{"otype", "Frequency"}, {"n_frequencies", 1}, {"n_dims_to_encode", 1}},
+                              {{"otype", "DenseGrid"}, {"n_dims_to_encode", 2}, {"n_levels", 1}, {"base_resolution", 3},
+                               {"deterministic", true}},
+                              {{"otype", "Identity"}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 2},
+                               {"offset", 0.5}}}}},
+                           1000};
+            c.grids = {{1, 2, 1, 3, 1.0f}};
+            c.argument_terms = grid_argument_terms(2, 1, 3, 1.0f);
+            // Stored: each nested output (3) and each nested output gradient (1), second order one more.
+            c.dtype_roundings = 5;
+            v.push_back(c);
+        }
+        {
+            EncodingCase c{"nested_composite",
+                           4,
+                           {{"otype", "Composite"},
+                            {"nested",
+                             {{{"otype", "Composite"},
+                               {"n_dims_to_encode", 2},
+                               {"reduction", "Product"},
+                               {"nested",
+                                {{{"otype", "Identity"}, {"n_dims_to_encode", 2}, {"dims_to_encode_begin", 0}},
+                                 {{"otype", "Frequency"}, {"n_frequencies", 1}, {"n_dims_to_encode", 1},
+                                  {"dims_to_encode_begin", 1}}}}},
+                              {{"otype", "OneBlob"}, {"n_bins", 4}}}}},
+                           501};
+            c.argument_terms = 32;
+            c.dtype_roundings = 5;  // the inner Product composite, as composite_product
+            v.push_back(c);
+        }
+        {
+            EncodingCase c{"nrc_preset", 9, {{"otype", "NRC"}, {"n_frequencies", 4}, {"n_bins", 4}}, 257};
+            c.triangles = {{0, 3, 4}};
+            c.argument_terms = 32;
+            v.push_back(c);
+        }
+        return v;
+    }();
+    return cases;
+}
+
+// ---- data --------------------------------------------------------------------------------------------
+
+double round_to_dtype(double v, DType t) {
+    switch (t) {
+        case DType::f16: return static_cast<float>(tnn::half(static_cast<float>(v)));
+        case DType::bf16: return static_cast<float>(tnn::bfloat16(static_cast<float>(v)));
+        default: return static_cast<float>(v);
+    }
+}
+
+// Whether an input row keeps `margin` away from every cell border of the case's grids and every kink
+// of its triangle waves (in the fp64 arithmetic of the reference; the fp32 value differs by less).
+bool safe_row(const EncodingCase& c, const float* x) {
+    for (const GridSpec& g : c.grids)
+        for (uint32_t l = 0; l < g.n_levels; ++l) {
+            const float scale = grid::grid_scale(l, std::log2(g.per_level_scale), g.base_resolution);
+            for (uint32_t d = 0; d < g.n_dims; ++d) {
+                const double pos = static_cast<double>(scale) * x[g.first_dim + d] + 0.5;
+                // fp32 rounding of pos: at most half an ulp, 2^-24 |pos|; 8 of them is a safe margin.
+                const double margin = std::max(1e-6, 8 * std::ldexp(std::fabs(pos), -24));
+                if (std::fabs(pos - std::round(pos)) < margin) return false;
+            }
+        }
+    for (const TriangleSpec& t : c.triangles)
+        for (uint32_t k = 0; k < t.n_frequencies; ++k)
+            for (uint32_t d = 0; d < t.n_dims; ++d) {
+                const double v2 = 2 * (std::ldexp(static_cast<double>(x[t.first_dim + d]), static_cast<int>(k) - 1) +
+                                       0.25 * k);
+                if (std::fabs(v2 - std::round(v2)) < 1e-4) return false;
+            }
+    return true;
+}
+
+struct EncodingData {
+    std::vector<double> x, params, dL_dy, v;  // x, v: fp32 values; params, dL_dy: values of the dtype
+};
+
+EncodingData make_data(const EncodingCase& c, const Encoding& e, DType dtype, uint64_t seed) {
+    EncodingData d;
+    Pcg32 rng(seed);
+    const uint32_t n_in = e.n_input_dims();
+    std::vector<float> row(n_in);
+    int attempts = 0;
+    while (d.x.size() < static_cast<size_t>(c.batch) * n_in) {
+        for (auto& v : row) v = static_cast<float>(c.lo + (c.hi - c.lo) * rng.next_float());
+        if (++attempts > 1000000) throw Error("test: no safe input rows for " + c.name);
+        if (!safe_row(c, row.data())) continue;
+        d.x.insert(d.x.end(), row.begin(), row.end());
+    }
+    // O(1) parameters (the initialisation's 1e-4 would hide errors in the outputs' low bits).
+    for (size_t i = 0; i < e.n_params(); ++i) d.params.push_back(round_to_dtype(2 * rng.next_float() - 1, dtype));
+    for (int64_t i = 0; i < c.batch * e.n_output_dims(); ++i)
+        d.dL_dy.push_back(round_to_dtype(2 * rng.next_float() - 1, dtype));
+    for (int64_t i = 0; i < c.batch * n_in; ++i) d.v.push_back(static_cast<float>(2 * rng.next_float() - 1));
+    return d;
+}
+
+Tensor upload(const std::vector<double>& v, int64_t rows, int64_t cols, DType dtype, Device device) {
+    Tensor f64(rows, cols, DType::f64);
+    if (!v.empty()) std::memcpy(f64.data(), v.data(), v.size() * sizeof(double));
+    if (dtype == DType::f64) return to_device(f64, device);
+    Tensor t(rows, cols, dtype);
+    convert(Stream::cpu(), f64.view(), t.view());
+    return to_device(t, device);
+}
+
+std::vector<double> download(const Tensor& t) { return t.to(Device::cpu()).to_double_vector(); }
+
+struct EncodingResult {
+    std::vector<double> y, y_inference, dL_dx, dL_dparams;       // first order
+    std::vector<double> dL_ddLdy, dL_dx2, dL_dparams2;           // backward_backward_input
+};
+
+// Forward (with context), inference, backward and backward_backward_input (overwrite; gradients first
+// filled with garbage) of `e` on the stream's device; results back on the host.
+EncodingResult run_encoding(const Encoding& e, const Stream& stream, const EncodingData& d, int64_t batch,
+                            GradMode mode = GradMode::overwrite, double prefill = 7.0) {
+    const Device dev = stream.device();
+    const DType t = e.param_dtype(), in_t = e.input_dtype();
+    const int64_t n_in = e.n_input_dims(), n_out = e.n_output_dims(), n_params = static_cast<int64_t>(e.n_params());
+    const Tensor x = upload(d.x, batch, n_in, in_t, dev), v = upload(d.v, batch, n_in, in_t, dev);
+    const Tensor p = upload(d.params, 1, n_params, t, dev), g = upload(d.dL_dy, batch, n_out, t, dev);
+    Tensor y(batch, n_out, t, dev), yi(batch, n_out, t, dev), dx(batch, n_in, in_t, dev), dp(1, n_params, t, dev);
+    Tensor w(batch, n_out, t, dev), dx2(batch, n_in, in_t, dev), dp2(1, n_params, t, dev);
+    for (Tensor* z : {&dx, &dp, &w, &dx2, &dp2}) fill(stream, z->view(), prefill);
+    const void* params = n_params > 0 ? p.data() : nullptr;
+    auto ctx = e.forward(stream, x.view(), y.view(), params, true);
+    e.inference(stream, x.view(), yi.view(), params);
+    View dx_view = dx.view(), w_view = w.view(), dx2_view = dx2.view();
+    e.backward(stream, *ctx, x.view(), y.view(), g.view(), &dx_view, n_params > 0 ? dp.data() : nullptr, params, mode);
+    e.backward_backward_input(stream, *ctx, x.view(), v.view(), g.view(), &w_view, &dx2_view,
+                              n_params > 0 ? dp2.data() : nullptr, params, mode);
+    stream.synchronize();
+    return {download(y), download(yi), download(dx), download(dp), download(w), download(dx2), download(dp2)};
+}
+
+// ---- error model (tests/gpu/gpu_test_util.h: expect_matches_reference) ----------------------------
+
+// Rounding terms of an fp32 computation (n32: accumulated fp32 roundings relative to the result's
+// scale) with `roundings` intermediate results stored in the module's dtype t, stored in dtype `out`:
+// eps32 n32 + roundings eps_t + eps_out, expressed in units of eps_out.
+AccumulationError stored(DType out, double n32, double roundings, DType t) {
+    const double eps32 = dtype_epsilon(DType::f32), eps = dtype_epsilon(out);
+    return {eps, (eps32 * n32 + roundings * dtype_epsilon(t)) / eps + (out == DType::f32 ? 0.0 : 1.0)};
+}
+
+struct ErrorModel {
+    AccumulationError y, dL_dx, dL_dparams, dL_ddLdy, dL_dx2, dL_dparams2;
+};
+
+// Terms per quantity: C contributions per output (corners, lanes), L levels, F features, the batch for
+// parameter gradients (every row adds to an entry), D for the second-order sums over dimensions, plus
+// the case's argument sensitivity. dL/dx is fp32 whatever the dtype (inputs are fp32).
+ErrorModel error_model(const EncodingCase& c, const Encoding& e) {
+    const double D = e.n_input_dims(), corners = c.grids.empty() ? 64.0 : std::ldexp(1.0, c.grids[0].n_dims);
+    const double L = c.grids.empty() ? 1.0 : c.grids[0].n_levels, P = c.argument_terms;
+    const double per_row = corners * L * 8;  // corners x levels x at most 8 features feed one dL/dx
+    const DType t = e.param_dtype();
+    const double R = c.dtype_roundings;
+    ErrorModel m;
+    m.y = stored(t, corners + P, R, t);
+    m.dL_dx = stored(DType::f32, per_row + P, R, t);
+    m.dL_dparams = stored(t, static_cast<double>(c.batch) * corners + P, R, t);
+    m.dL_ddLdy = stored(t, corners * D + P, R, t);
+    m.dL_dx2 = stored(DType::f32, per_row * D * D + P, R, t);
+    m.dL_dparams2 = stored(t, static_cast<double>(c.batch) * corners * D + P, R, t);
+    return m;
+}
+
+std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+void compare(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<double>& naive,
+             AccumulationError err, const std::string& what) {
+    expect_matches_reference(to_float(got), ref, to_float(naive), err, what);
+}
+
+// ---- the case list on every backend and dtype ---------------------------------------------------
+
+using EncodingParam = std::tuple<EncodingCase, DType, Device>;
+
+class EncodingBackends : public ::testing::TestWithParam<EncodingParam> {};
+
+TEST_P(EncodingBackends, MatchesFp64Reference) {
+    const auto& [c, dtype, device] = GetParam();
+    TNN_SKIP_UNLESS_USABLE(device);
+    const auto enc = create_encoding(c.n_dims, c.config, dtype);
+    const auto enc64 = create_encoding(c.n_dims, c.config, DType::f64);
+    enc->set_max_level(c.max_level);
+    enc64->set_max_level(c.max_level);
+    ASSERT_TRUE(enc->supports_device(device)) << enc->describe();
+    const EncodingData data = make_data(c, *enc, dtype, 1234);
+
+    const EncodingResult ref = run_encoding(*enc64, Stream::cpu(), data, c.batch);
+    const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
+    TestStream stream(device);
+    const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
+
+    const ErrorModel m = error_model(c, *enc);
+    compare(got.y, ref.y, naive.y, m.y, "forward output");
+    compare(got.y_inference, ref.y, naive.y, m.y, "inference output");
+    expect_same_bits(to_float(got.y), to_float(got.y_inference), "forward vs inference");
+    compare(got.dL_dx, ref.dL_dx, naive.dL_dx, m.dL_dx, "dL/dinput");
+    compare(got.dL_dparams, c.reference_is_naive ? naive.dL_dparams : ref.dL_dparams, naive.dL_dparams,
+            m.dL_dparams, "dL/dparams");
+    compare(got.dL_ddLdy, ref.dL_ddLdy, naive.dL_ddLdy, m.dL_ddLdy, "second order: dL'/d(dL/dy)");
+    compare(got.dL_dx2, ref.dL_dx2, naive.dL_dx2, m.dL_dx2, "second order: dL'/dinput");
+    compare(got.dL_dparams2, ref.dL_dparams2, naive.dL_dparams2, m.dL_dparams2, "second order: dL'/dparams");
+    if (c.batch == 0)
+        for (double v : got.dL_dparams) ASSERT_EQ(v, 0.0) << "an empty batch must give a zero gradient";
+    if (c.max_level < 1.0f && !got.y.empty()) {
+        // Switched-off levels output exactly 0 (levels >= 0.5 * 6 + 1e-3: 4 and 5).
+        const int64_t n_out = enc->n_output_dims();
+        for (int64_t r = 0; r < c.batch; ++r)
+            for (int64_t k = 8; k < n_out; ++k) ASSERT_EQ(got.y[r * n_out + k], 0.0) << "row " << r << " lane " << k;
+    }
+}
+
+std::string param_name(const ::testing::TestParamInfo<EncodingParam>& info) {
+    const DType t = std::get<1>(info.param);
+    const char* dt = t == DType::f32 ? "f32" : (t == DType::f16 ? "f16" : "bf16");
+    return std::get<0>(info.param).name + "_" + dt + "_" + backend_label(std::get<2>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EncodingBackends,
+                         ::testing::Combine(::testing::ValuesIn(encoding_cases()),
+                                            ::testing::Values(DType::f32, DType::f16, DType::bf16),
+                                            ::testing::ValuesIn(test_backends())),
+                         param_name);
+
+// ---- GPU-only properties ------------------------------------------------------------------------------
+
+const EncodingCase& case_named(const std::string& name) {
+    for (const auto& c : encoding_cases())
+        if (c.name == name) return c;
+    throw Error("no encoding test case named " + name);
+}
+
+// Restores the process-wide switches a test changes.
+struct SwitchGuard {
+    ~SwitchGuard() {
+        set_deterministic(false);
+#ifdef TNN_WITH_GPU
+        grid_gpu::set_variant({});
+#endif  // TNN_WITH_GPU
+    }
+};
+
+#ifdef TNN_WITH_GPU
+TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    for (const char* name : {"hash3d_f2_deterministic", "dense3d_f1_deterministic_smoothstep",
+                             "hash3d_f8_smoothstep_deterministic", "hash6d_f2_deterministic"})
+        for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+            const EncodingCase& c = case_named(name);
+            SCOPED_TRACE(msg(name, " ", dtype_name(dtype)));
+            const auto enc = create_encoding(c.n_dims, c.config, dtype);
+            const EncodingData data = make_data(c, *enc, dtype, 99);
+            TestStream stream(Device::gpu(0));
+            const EncodingResult a = run_encoding(*enc, stream, data, c.batch);
+            free_temporary_memory();  // other memory, other timing: the bits must not change
+            const EncodingResult b = run_encoding(*enc, stream, data, c.batch);
+            expect_same_bits(to_float(a.dL_dparams), to_float(b.dL_dparams), "dL/dparams run to run");
+            expect_same_bits(to_float(a.dL_dparams2), to_float(b.dL_dparams2), "dL'/dparams run to run");
+            // Integer sums do not depend on how the work is split: no shared-memory levels, scalar atomics.
+            grid_gpu::set_variant({-1, 0, 0, 0});
+            const EncodingResult e = run_encoding(*enc, stream, data, c.batch);
+            grid_gpu::set_variant({});
+            expect_same_bits(to_float(a.dL_dparams), to_float(e.dL_dparams), "dL/dparams across kernel variants");
+            // The global switch on a config without the key gives the same bits.
+            json plain = c.config;
+            plain.erase("deterministic");
+            const auto enc_plain = create_encoding(c.n_dims, plain, dtype);
+            set_deterministic(true);
+            const EncodingResult s = run_encoding(*enc_plain, stream, data, c.batch);
+            set_deterministic(false);
+            expect_same_bits(to_float(a.dL_dparams), to_float(s.dL_dparams), "tnn::set_deterministic(true)");
+            // Every other result is deterministic anyway (no atomics).
+            expect_same_bits(to_float(a.y), to_float(b.y), "output run to run");
+            expect_same_bits(to_float(a.dL_dx), to_float(b.dL_dx), "dL/dinput run to run");
+        }
+}
+
+// Kernel variants (load paths, shared-memory levels, vector atomics) all match the reference; the
+// forward output does not depend on the load path at all.
+TEST(GridGpu, KernelVariantsAgree) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    for (const char* name : {"hash3d_f2_linear", "dense3d_f1_linear", "tiled2d_f8_nearest", "hash2d_f4_smoothstep"})
+        for (DType dtype : {DType::f32, DType::f16}) {
+            const EncodingCase& c = case_named(name);
+            SCOPED_TRACE(msg(name, " ", dtype_name(dtype)));
+            const auto enc = create_encoding(c.n_dims, c.config, dtype);
+            const auto enc64 = create_encoding(c.n_dims, c.config, DType::f64);
+            const EncodingData data = make_data(c, *enc, dtype, 5);
+            const EncodingResult ref = run_encoding(*enc64, Stream::cpu(), data, c.batch);
+            const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
+            TestStream stream(Device::gpu(0));
+            const EncodingResult base = run_encoding(*enc, stream, data, c.batch);
+            const ErrorModel m = error_model(c, *enc);
+            for (const grid_gpu::Variant& v : {grid_gpu::Variant{0, -1, -1, 0}, grid_gpu::Variant{-1, 0, 0, 0},
+                                               grid_gpu::Variant{-1, -1, -1, 64}, grid_gpu::Variant{-1, -1, -1, 512}}) {
+                grid_gpu::set_variant(v);
+                const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
+                grid_gpu::set_variant({});
+                expect_same_bits(to_float(got.y), to_float(base.y), "forward output across variants");
+                compare(got.dL_dparams, ref.dL_dparams, naive.dL_dparams, m.dL_dparams, "dL/dparams of a variant");
+            }
+        }
+}
+
+// Parameters that are not 16-byte aligned (a grid after a PortableMLP with an odd parameter count)
+// take the one-load-per-value path: same output bits.
+TEST(GridGpu, MisalignedParametersGiveTheSameOutput) {
+    TNN_SKIP_WITHOUT_GPU();
+    for (const char* name : {"hash3d_f2_linear", "dense3d_f1_linear", "hash2d_f4_smoothstep", "tiled2d_f8_nearest"})
+        for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+            const EncodingCase& c = case_named(name);
+            SCOPED_TRACE(msg(name, " ", dtype_name(dtype)));
+            const auto enc = create_encoding(c.n_dims, c.config, dtype);
+            const EncodingData data = make_data(c, *enc, dtype, 6);
+            const Device gpu = Device::gpu(0);
+            TestStream stream(gpu);
+            const int64_t n_params = static_cast<int64_t>(enc->n_params());
+            std::vector<double> shifted(1, 0.0);
+            shifted.insert(shifted.end(), data.params.begin(), data.params.end());
+            const Tensor p = upload(data.params, 1, n_params, dtype, gpu), q = upload(shifted, 1, n_params + 1, dtype, gpu);
+            const Tensor x = upload(data.x, c.batch, c.n_dims, DType::f32, gpu);
+            Tensor y1(c.batch, enc->n_output_dims(), dtype, gpu), y2(c.batch, enc->n_output_dims(), dtype, gpu);
+            enc->inference(stream, x.view(), y1.view(), p.data());
+            enc->inference(stream, x.view(), y2.view(), static_cast<const char*>(q.data()) + dtype_size(dtype));
+            stream.stream().synchronize();
+            expect_same_bits(to_float(download(y1)), to_float(download(y2)), "aligned vs misaligned parameters");
+        }
+}
+
+// Accumulate mode adds the gradient once: bit-exact for the deterministic fp32 path (one fp32 add per
+// value), within the fp32 atomics' reordering for the fast path.
+TEST(GridGpu, AccumulateAddsToTheGradient) {
+    TNN_SKIP_WITHOUT_GPU();
+    for (const char* name : {"hash3d_f2_deterministic", "hash3d_f2_linear"}) {
+        const EncodingCase& c = case_named(name);
+        SCOPED_TRACE(name);
+        const auto enc = create_encoding(c.n_dims, c.config, DType::f32);
+        const EncodingData data = make_data(c, *enc, DType::f32, 8);
+        TestStream stream(Device::gpu(0));
+        const EncodingResult once = run_encoding(*enc, stream, data, c.batch);
+        const EncodingResult acc = run_encoding(*enc, stream, data, c.batch, GradMode::accumulate, 0.5);
+        std::vector<float> want(once.dL_dparams.size()), want2(once.dL_dparams2.size());
+        for (size_t i = 0; i < want.size(); ++i) want[i] = 0.5f + static_cast<float>(once.dL_dparams[i]);
+        for (size_t i = 0; i < want2.size(); ++i) want2[i] = 0.5f + static_cast<float>(once.dL_dparams2[i]);
+        if (c.config.value("deterministic", false)) {
+            expect_same_bits(to_float(acc.dL_dparams), want, "accumulated dL/dparams");
+            expect_same_bits(to_float(acc.dL_dparams2), want2, "accumulated dL'/dparams");
+        } else {
+            // The atomics add the batch's terms to 0.5 in another order: c.batch * 8 terms of fp32 rounding.
+            const double tol = c.batch * 8 * dtype_epsilon(DType::f32) * (1 + max_abs(once.dL_dparams));
+            expect_close(acc.dL_dparams, std::vector<double>(want.begin(), want.end()), tol, 0.0, "accumulated dL/dparams");
+        }
+    }
+}
+
+// Strided input, output and gradient views (a column slice of wider tensors) give the same bits as
+// contiguous ones.
+TEST(GridGpu, StridedViews) {
+    TNN_SKIP_WITHOUT_GPU();
+    const EncodingCase& c = case_named("hash3d_f2_deterministic");
+    const auto enc = create_encoding(c.n_dims, c.config, DType::f16);
+    const EncodingData data = make_data(c, *enc, DType::f16, 12);
+    const Device gpu = Device::gpu(0);
+    TestStream stream(gpu);
+    const EncodingResult want = run_encoding(*enc, stream, data, c.batch);
+    const int64_t n_out = enc->n_output_dims();
+    std::vector<double> x_wide, g_wide;
+    for (int64_t r = 0; r < c.batch; ++r) {
+        x_wide.push_back(-5.0);  // column 0: not part of the view
+        for (int d = 0; d < 3; ++d) x_wide.push_back(data.x[r * 3 + d]);
+        x_wide.push_back(-7.0);
+        g_wide.push_back(3.0);
+        for (int64_t k = 0; k < n_out; ++k) g_wide.push_back(data.dL_dy[r * n_out + k]);
+    }
+    const Tensor xw = upload(x_wide, c.batch, 5, DType::f32, gpu), gw = upload(g_wide, c.batch, n_out + 1, DType::f16, gpu);
+    const Tensor p = upload(data.params, 1, static_cast<int64_t>(enc->n_params()), DType::f16, gpu);
+    Tensor yw(c.batch, n_out + 3, DType::f16, gpu), dxw(c.batch, 4, DType::f32, gpu);
+    Tensor dp(1, static_cast<int64_t>(enc->n_params()), DType::f16, gpu);
+    const ConstView x = xw.view().cols_slice(1, 3), g = gw.view().cols_slice(1, n_out);
+    View y = yw.view().cols_slice(2, n_out), dx = dxw.view().cols_slice(1, 3);
+    auto ctx = enc->forward(stream, x, y, p.data(), true);
+    enc->backward(stream, *ctx, x, y, g, &dx, dp.data(), p.data(), GradMode::overwrite);
+    stream.stream().synchronize();
+    const std::vector<double> yv = download(yw), dxv = download(dxw);
+    std::vector<double> y_got, dx_got;
+    for (int64_t r = 0; r < c.batch; ++r) {
+        for (int64_t k = 0; k < n_out; ++k) y_got.push_back(yv[r * (n_out + 3) + 2 + k]);
+        for (int d = 0; d < 3; ++d) dx_got.push_back(dxv[r * 4 + 1 + d]);
+    }
+    expect_same_bits(to_float(y_got), to_float(want.y), "strided output");
+    expect_same_bits(to_float(dx_got), to_float(want.dL_dx), "strided dL/dinput");
+    expect_same_bits(to_float(download(dp)), to_float(want.dL_dparams), "dL/dparams from strided views");
+}
+
+// A warmed-up forward + backward (both gradient paths) replays from a captured graph with the same bits.
+TEST(GridGpu, TrainingStepReplaysFromACapturedGraph) {
+    TNN_SKIP_WITHOUT_GPU();
+    for (const char* name : {"hash3d_f2_deterministic", "composite_product"}) {
+        const EncodingCase& c = case_named(name);
+        SCOPED_TRACE(name);
+        const auto enc = create_encoding(c.n_dims, c.config, DType::f16);
+        const EncodingData data = make_data(c, *enc, DType::f16, 21);
+        const Device gpu = Device::gpu(0);
+        TestStream stream(gpu);
+        const EncodingResult want = run_encoding(*enc, stream, data, c.batch);  // also the warm-up
+        const int64_t n_out = enc->n_output_dims(), n_params = static_cast<int64_t>(enc->n_params());
+        const Tensor x = upload(data.x, c.batch, c.n_dims, DType::f32, gpu);
+        const Tensor g = upload(data.dL_dy, c.batch, n_out, DType::f16, gpu);
+        const Tensor p = upload(data.params, 1, n_params, DType::f16, gpu);
+        Tensor y(c.batch, n_out, DType::f16, gpu), dp(1, n_params, DType::f16, gpu), dx(c.batch, c.n_dims, DType::f32, gpu);
+        const gpu_stream_t native = gpu::native_stream(stream);
+        gpu_graph_t graph = nullptr;
+        ASSERT_EQ(gpu_stream_begin_capture(native, gpu_stream_capture_mode_global), gpu_success);
+        try {
+            auto ctx = enc->forward(stream, x.view(), y.view(), p.data(), true);
+            View dx_view = dx.view();
+            enc->backward(stream, *ctx, x.view(), y.view(), g.view(), &dx_view, dp.data(), p.data(),
+                          GradMode::overwrite);
+        } catch (const std::exception& e) {
+            (void)gpu_stream_end_capture(native, &graph);
+            FAIL() << "a warmed-up encoding step must be capturable: " << e.what();
+        }
+        ASSERT_EQ(gpu_stream_end_capture(native, &graph), gpu_success);
+        gpu_graph_exec_t exec = nullptr;
+        ASSERT_EQ(gpu_graph_instantiate(&exec, graph), gpu_success);
+        for (int replay = 0; replay < 2; ++replay) {
+            fill(stream, y.view(), 0.0);
+            fill(stream, dp.view(), 0.0);
+            ASSERT_EQ(gpu_graph_launch(exec, native), gpu_success);
+            stream.stream().synchronize();
+            expect_same_bits(to_float(download(y)), to_float(want.y), "graph replay output");
+            expect_same_bits(to_float(download(dp)), to_float(want.dL_dparams), "graph replay dL/dparams");
+            expect_same_bits(to_float(download(dx)), to_float(want.dL_dx), "graph replay dL/dinput");
+        }
+        (void)gpu_graph_exec_destroy(exec);
+        (void)gpu_graph_destroy(graph);
+    }
+}
+
+// A Product composite keeps its nested outputs in the forward stream's temporary memory: a backward
+// on another stream, without synchronisation in between, must see them.
+TEST(CompositeGpu, BackwardOnAnotherStream) {
+    TNN_SKIP_WITHOUT_GPU();
+    const EncodingCase& c = case_named("composite_product");
+    const auto enc = create_encoding(c.n_dims, c.config, DType::f32);
+    const EncodingData data = make_data(c, *enc, DType::f32, 31);
+    const Device gpu = Device::gpu(0);
+    TestStream s1(gpu), s2(gpu);
+    const EncodingResult want = run_encoding(*enc, s1, data, c.batch);
+    const int64_t n_out = enc->n_output_dims(), n_params = static_cast<int64_t>(enc->n_params());
+    const Tensor x = upload(data.x, c.batch, c.n_dims, DType::f32, gpu);
+    const Tensor g = upload(data.dL_dy, c.batch, n_out, DType::f32, gpu);
+    const Tensor p = upload(data.params, 1, n_params, DType::f32, gpu);
+    Tensor y(c.batch, n_out, DType::f32, gpu), dp(1, n_params, DType::f32, gpu), dx(c.batch, c.n_dims, DType::f32, gpu);
+    auto ctx = enc->forward(s1, x.view(), y.view(), p.data(), true);
+    View dx_view = dx.view();
+    enc->backward(s2, *ctx, x.view(), y.view(), g.view(), &dx_view, dp.data(), p.data(), GradMode::overwrite);
+    ctx.reset();
+    // New work on s1 may reuse the context's memory: it must wait for the backward on s2.
+    Tensor scratch = Tensor::temporary(s1, c.batch, 4, DType::f32);
+    fill(s1, scratch.view(), -1.0);
+    s2.stream().synchronize();
+    s1.stream().synchronize();
+    expect_same_bits(to_float(download(dp)), to_float(want.dL_dparams), "dL/dparams with backward on another stream");
+    expect_same_bits(to_float(download(dx)), to_float(want.dL_dx), "dL/dinput with backward on another stream");
+}
+#endif  // TNN_WITH_GPU
+
+TEST(EncodingsGpu, Fp64IsCpuOnly) {
+    TNN_SKIP_WITHOUT_GPU();
+    const auto enc = create_encoding(3, {{"otype", "HashGrid"}, {"n_levels", 2}}, DType::f64);
+    EXPECT_FALSE(enc->supports_device(Device::gpu(0)));
+    Tensor x(4, 3, DType::f64, Device::gpu(0)), y(4, 4, DType::f64, Device::gpu(0)), p(1, 64, DType::f64, Device::gpu(0));
+    EXPECT_THROW(enc->inference(Stream::gpu(nullptr, 0), x.view(), y.view(), p.data()), UnsupportedError);
+}
+
+}  // namespace
