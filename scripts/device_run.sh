@@ -26,12 +26,19 @@ export STB_INCLUDE_DIR="$src/.deps/stb/usr/include/stb"
 export NCCL_NVLS_ENABLE=0
 cd "$src" || exit 2
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
-OUT="$work" BUILD="$src/build-gpu" bash scripts/gpu_check.sh
+dest=${OUT:-/tmp}
+OUT="$work" BUILD="$src/build-gpu" ${SKIP_CHECK:+true} bash scripts/gpu_check.sh
 status=$?
+# Each stage's files leave as their own archive as soon as the stage ends, so a call cut short by
+# the time limit still brings back what finished.
+cp "$work/summary.txt" "$dest/summary.txt" 2>/dev/null
+tar -czf "$dest/check.tgz" -C "$work" . 2>/dev/null
+n=0
 for step in "$@"; do
-  echo "== extra step: $step"
-  OUT="$work" BUILD="$src/build-gpu" timeout 420 bash $step 2>&1 | tail -n 60 | tee -a "$work/extra_steps.log"
+  n=$((n + 1))
+  echo "== extra step $n: $step"
+  mkdir -p "$work/step$n"
+  OUT="$work/step$n" BUILD="$src/build-gpu" timeout 420 bash $step 2>&1 | tail -n 60 | tee "$work/step$n/tail.log"
+  tar -czf "$dest/step$n.tgz" -C "$work/step$n" . 2>/dev/null
 done
-cp "$work/summary.txt" "${OUT:-/tmp}/summary.txt" 2>/dev/null
-tar -czf "${OUT:-/tmp}/results.tgz" -C "$work" . 2>/dev/null
 exit $status
