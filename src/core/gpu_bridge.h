@@ -32,6 +32,7 @@ void free_temporary(const Stream& stream, void* ptr, size_t bytes) noexcept;
 // The capture is thread-local: other threads keep working meanwhile. end_capture returns the
 // instantiated graph as an opaque handle, or throws DeviceError when the capture failed.
 void begin_capture(const Stream& stream);
+bool is_capturing(const Stream& stream);
 void* end_capture(const Stream& stream);
 void abort_capture(const Stream& stream) noexcept;  // after an exception inside a capture: ends and discards it
 void launch_graph(const Stream& stream, void* graph);

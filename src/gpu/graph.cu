@@ -12,6 +12,11 @@ void begin_capture(const Stream& stream) {
     TNN_GPU_CHECK(gpu_stream_begin_capture(native_stream(stream), gpu_stream_capture_mode_thread_local));
 }
 
+bool is_capturing(const Stream& stream) {
+    DeviceGuard guard(stream.device().index);
+    return stream_is_capturing(stream);
+}
+
 void* end_capture(const Stream& stream) {
     DeviceGuard guard(stream.device().index);
     gpu_graph_t graph = nullptr;

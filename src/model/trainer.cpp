@@ -182,9 +182,10 @@ void Trainer::Impl::forward_loss_backward(Trainer& t, const Stream& stream, Cons
 bool Trainer::Impl::graph_step(Trainer& t, const Stream& stream, ConstView input, ConstView target,
                                const ConstView* data_pdf) {
 #ifdef TNN_WITH_GPU
-    // The legacy default stream cannot capture; an optimizer from outside the library has no GPU halves.
+    // The legacy default stream cannot capture; an optimizer from outside the library has no GPU halves;
+    // a stream the caller is capturing already gets the eager step (whose optimizer refuses it).
     GpuSplitStep* split = gpu_split(*t.m_optimizer);
-    if (!stream.native() || !split) return false;
+    if (!stream.native() || !split || gpu_bridge::is_capturing(stream)) return false;
     const StepViews views{stream.native(), input, target, data_pdf ? *data_pdf : ConstView()};
     // The optimizer was reset (new state arrays) behind the trainer's back.
     if (t.m_optimizer->step_count() != expected_step) drop_graph();

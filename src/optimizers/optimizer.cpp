@@ -91,6 +91,13 @@ void Optimizer::step(const Stream& stream, float loss_scale, float* weights_fp32
                                  dtype_name(weights_dtype)));
     }
     if (m_device.is_gpu()) {
+#ifdef TNN_WITH_GPU
+        // A graph would replay this step's scalars (step count, learning rate) on every launch.
+        if (gpu_bridge::is_capturing(stream))
+            throw UnsupportedError(msg(who, ": the stream is capturing a graph, whose replays would all reuse this "
+                                            "step's step count and learning rate; let the Trainer capture training "
+                                            "steps (it runs the optimizer's host half before each replay)"));
+#endif  // TNN_WITH_GPU
         if (GpuSplitStep* split = gpu_split(*this)) {
             // Both halves back to back; gpu_prepare advances the step counter.
             const GpuStepArgs args{loss_scale, weights_fp32, weights, weights_dtype, gradients, grad_dtype};

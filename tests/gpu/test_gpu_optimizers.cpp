@@ -394,6 +394,15 @@ TEST(GpuOptimizerErrors, BadCallsAreRefused) {
         if (b.name == "first_moments") b.bytes.resize(b.bytes.size() - 4);
     EXPECT_THROW(opt->load_state(stream, blobs), CheckpointError);
     EXPECT_THROW(opt->allocate(Device::gpu(gpu_device_count()), 100, 50), DeviceError);
+#ifdef TNN_WITH_GPU
+    // Inside a graph a step would be replayed with its own step count and learning rate: refused.
+    gpu_bridge::begin_capture(stream);
+    EXPECT_THROW(opt->step(stream, 1.0f, w.ptr<float>(), w.data(), DType::f32, g.data(), DType::f32),
+                 UnsupportedError);
+    gpu_bridge::abort_capture(stream);
+    EXPECT_FALSE(gpu_bridge::is_capturing(stream));
+    EXPECT_EQ(opt->step_count(), 0u);
+#endif  // TNN_WITH_GPU
 }
 
 }  // namespace
