@@ -1,6 +1,8 @@
 # The two commands a new user needs (see README): `make demo` and `make test`. Both install their
 # Debian packages through scripts/install_deps.sh (fast when present) and build with CMake + Ninja.
 # `make gpu-check` is the script run on a GPU machine (builds with CUDA for sm_90, runs gpu tests).
+# `make test` also compiles every GPU source as HIP for gfx1201 in build-hip and audits the ISA
+# (scripts/hip_check.sh); `make hip-gpu-check` is the AMD machine's script (docs/amd.md).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 NVCC := $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
@@ -11,7 +13,9 @@ else
 CUDA_FLAGS := -DTNN_CUDA=OFF
 endif
 
-.PHONY: demo test gpu-check clean
+HIP_BUILD ?= build-hip
+
+.PHONY: demo test gpu-check hip-gpu-check clean
 
 demo:
 	@scripts/install_deps.sh build
@@ -21,13 +25,17 @@ demo:
 	$(BUILD)/tnn fit-image --out out/demo.png --json out/demo.json
 
 test:
-	@scripts/install_deps.sh build test python
+	@scripts/install_deps.sh build test python hip
 	@cmake -S . -B $(BUILD) -G Ninja $(CUDA_FLAGS) -DTNN_TESTS=ON -DTNN_PYTHON=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+	@scripts/hip_check.sh $(HIP_BUILD) $(JOBS)
 	@scripts/run_tests.sh $(BUILD) $(JOBS)
 
 gpu-check:
 	@bash scripts/gpu_check.sh
 
+hip-gpu-check:
+	@bash scripts/hip_gpu_check.sh
+
 clean:
-	rm -rf $(BUILD) out
+	rm -rf $(BUILD) $(HIP_BUILD) out

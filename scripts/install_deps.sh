@@ -14,7 +14,9 @@ for g in "${groups[@]}"; do
     test)   pkgs+=(libgtest-dev libgmock-dev) ;;
     bench)  pkgs+=(libbenchmark-dev) ;;
     python) pkgs+=(python3-dev python3-pytest python3-numpy python3-torch pybind11-dev python3-pip python3-setuptools) ;;
-    hip)    pkgs+=(clang-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs) ;;
+    # clang-19 compiles HIP for gfx1201 (Debian's hipcc 5.2 does not know it); clang-tools-19 has the
+    # offload bundler clang needs; llvm-19 has llvm-dis/as (device libraries) and the ISA audit's tools.
+    hip)    pkgs+=(clang-19 clang-tools-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs) ;;
     *) echo "install_deps.sh: unknown group '$g' (valid: build test bench python hip)" >&2; exit 2 ;;
   esac
 done

@@ -75,6 +75,11 @@ constexpr auto gpu_graph_instantiate_flag_auto_free_on_launch = hipGraphInstanti
 #define gpu_memcpy_2d_async hipMemcpy2DAsync
 #define gpu_memset_async hipMemsetAsync
 #define gpu_pointer_get_attributes hipPointerGetAttributes
+// Kernel attributes: HIP takes the kernel as const void* (its host stub), CUDA has a template overload.
+using gpu_func_attributes_t = hipFuncAttributes;
+constexpr auto gpu_func_attribute_max_dynamic_shared_memory_size = hipFuncAttributeMaxDynamicSharedMemorySize;
+#define gpu_func_set_attribute(func, attr, value) hipFuncSetAttribute(reinterpret_cast<const void*>(func), attr, value)
+#define gpu_func_get_attributes(attrs, func) hipFuncGetAttributes(attrs, reinterpret_cast<const void*>(func))
 #define gpu_stream_create_with_flags hipStreamCreateWithFlags
 #define gpu_stream_destroy hipStreamDestroy
 #define gpu_stream_synchronize hipStreamSynchronize
@@ -131,6 +136,11 @@ constexpr auto gpu_graph_instantiate_flag_auto_free_on_launch = cudaGraphInstant
 #define gpu_memcpy_2d_async cudaMemcpy2DAsync
 #define gpu_memset_async cudaMemsetAsync
 #define gpu_pointer_get_attributes cudaPointerGetAttributes
+// Kernel attributes: HIP takes the kernel as const void* (its host stub), CUDA has a template overload.
+using gpu_func_attributes_t = cudaFuncAttributes;
+constexpr auto gpu_func_attribute_max_dynamic_shared_memory_size = cudaFuncAttributeMaxDynamicSharedMemorySize;
+#define gpu_func_set_attribute cudaFuncSetAttribute
+#define gpu_func_get_attributes cudaFuncGetAttributes
 #define gpu_stream_create_with_flags cudaStreamCreateWithFlags
 #define gpu_stream_destroy cudaStreamDestroy
 #define gpu_stream_synchronize cudaStreamSynchronize
@@ -149,6 +159,23 @@ constexpr auto gpu_graph_instantiate_flag_auto_free_on_launch = cudaGraphInstant
 #define gpu_malloc_async cudaMallocAsync
 #define gpu_free_async cudaFreeAsync
 #define gpu_device_graph_mem_trim cudaDeviceGraphMemTrim
+#endif  // TNN_WITH_HIP
+
+#if defined(TNN_WITH_HIP)
+// HIP has no __grid_constant__: kernel arguments live in the read-only kernarg segment anyway.
+#ifndef __grid_constant__
+#define __grid_constant__
+#endif  // __grid_constant__
+// HIP before 6.0 has no graph memory pools, hence nothing to trim.
+#if HIP_VERSION_MAJOR < 6
+#undef gpu_device_graph_mem_trim
+#define gpu_device_graph_mem_trim(device) (static_cast<void>(device), hipSuccess)
+#endif  // HIP_VERSION_MAJOR < 6
+// Kernels are written for 32-lane wavefronts (RDNA's wave32, the default of clang for gfx10+): lane
+// masks, "% 32" and "tile of 32 lanes" reasoning hold only there. A wave64 device pass is refused.
+#if defined(__HIP_DEVICE_COMPILE__) && defined(__AMDGCN_WAVEFRONT_SIZE) && __AMDGCN_WAVEFRONT_SIZE != 32
+#error "tiny-rdna4-nn kernels need wave32: build for RDNA (gfx11xx, gfx12xx) without -mwavefrontsize64"
+#endif  // __HIP_DEVICE_COMPILE__ && __AMDGCN_WAVEFRONT_SIZE != 32
 #endif  // TNN_WITH_HIP
 
 static_assert(sizeof(gpu_half) == sizeof(tnn::half), "gpu_half must share bits with tnn::half");
@@ -272,6 +299,20 @@ __device__ __forceinline__ float to_acc(gpu_bf16 v) { return static_cast<float>(
 #else
 __device__ __forceinline__ float to_acc(gpu_bf16 v) { return __bfloat162float(v); }
 #endif  // TNN_WITH_HIP && !TNN_HIP_HAS_BF16_H
+
+// Orders the shared-memory accesses of the lanes of one warp / wavefront before and after it, like
+// CUDA's __syncwarp(). AMD: the lanes of a wavefront issue each instruction together and LDS
+// serves one wavefront's instructions in order, so only the compiler must not move memory accesses
+// across it (wave_barrier) and the wavefront-scope fences make the ordering visible to it.
+__device__ __forceinline__ void sync_warp() {
+#if defined(TNN_WITH_HIP)
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#else
+    __syncwarp();
+#endif  // TNN_WITH_HIP
+}
 
 // Narrowing stores with round-to-nearest-even. fp64 goes to fp16 / bf16 through fp32, exactly as
 // the host types do (tnn::half(double) == tnn::half(float(double))), so GPU and CPU agree bitwise.

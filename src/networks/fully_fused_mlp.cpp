@@ -1,5 +1,5 @@
 // FullyFusedMLP, host side: config validation and errors, the shared-memory planner (pure host
-// code, tested on the CPU), and the module that hands validated calls to the CUDA entry points in
+// code, tested on the CPU), and the module that hands validated calls to the GPU entry points in
 // fully_fused_mlp.cu. Compiled in every build so that the otype is always known.
 #include "networks/fully_fused_mlp.h"
 
@@ -215,29 +215,24 @@ public:
     FullyFusedMlp(const MlpLayout& layout, DType dtype, DType output_dtype) : Network(layout, dtype, output_dtype) {}
     std::string name() const override { return "FullyFusedMLP"; }
     // True for the CPU too: such calls reach the module and fail with a message naming PortableMLP.
-    // False on GPUs of builds whose GPU backend has no FullyFusedMLP kernels (HIP, for now).
-    bool supports_device(Device d) const override {
-#if defined(TNN_WITH_GPU) && !defined(TNN_WITH_CUDA)
-        if (d.is_gpu()) return false;
-#endif  // TNN_WITH_GPU && !TNN_WITH_CUDA
-        return true;
-    }
+    // GPUs of every GPU build (CUDA: sm_80+; HIP: gfx12) have kernels; other devices get an error.
+    bool supports_device(Device) const override { return true; }
 
 private:
     void require_gpu(Device d) const {
         if (d.is_cpu())
             throw UnsupportedError(msg(describe(), ": FullyFusedMLP runs on the GPU only; use PortableMLP on the CPU"));
-#if !defined(TNN_WITH_CUDA)
+#if !defined(TNN_WITH_GPU)
         throw UnsupportedError(msg(describe(), ": this build has no FullyFusedMLP kernels for ", d.str(),
-                                   " (they use NVIDIA tensor cores); use BlasLtMLP or PortableMLP"));
-#endif  // !TNN_WITH_CUDA
+                                   " (it has no GPU backend); use PortableMLP"));
+#endif  // !TNN_WITH_GPU
     }
 
     void inference_impl(const Stream& stream, ConstView input, View output, const void* params) const override {
         require_gpu(input.device);
-#if defined(TNN_WITH_CUDA)
+#if defined(TNN_WITH_GPU)
         ffm::gpu_forward(m_layout, param_dtype(), stream, input, output, params);
-#endif  // TNN_WITH_CUDA
+#endif  // TNN_WITH_GPU
     }
 
     std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView input, View output, const void* params,
@@ -251,9 +246,9 @@ private:
         require_gpu(input.device);
         if (!dynamic_cast<const FusedContext*>(&ctx))
             throw Error(msg(describe(), ": backward got a context from another module"));
-#if defined(TNN_WITH_CUDA)
+#if defined(TNN_WITH_GPU)
         ffm::gpu_backward(m_layout, param_dtype(), stream, input, dL_doutput, dL_dinput, dL_dparams, params, mode);
-#endif  // TNN_WITH_CUDA
+#endif  // TNN_WITH_GPU
     }
 };
 

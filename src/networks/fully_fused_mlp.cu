@@ -1,7 +1,8 @@
-// FullyFusedMLP on CUDA: the device checks, the launch plan, the one runtime -> compile-time
-// dispatch to the (dtype, width) instantiations (instantiations/fully_fused_w*_*.cu), and the
-// fixed-order reduction of the per-block weight-gradient partials.
-#if defined(TNN_WITH_CUDA)
+// FullyFusedMLP on the GPU: the device checks, the launch plan, the one runtime -> compile-time
+// dispatch to the (dtype, width) instantiations (instantiations/fully_fused_w*_*.cu: NVIDIA mma.sync
+// kernels, or AMD gfx12 WMMA kernels in HIP builds), and the fixed-order reduction of the per-block
+// weight-gradient partials.
+#if defined(TNN_WITH_GPU)
 #include "networks/fully_fused_mlp.h"
 
 #include "gpu/gpu.h"
@@ -87,12 +88,20 @@ DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backwar
     if (it != cache.end()) return it->second;
 
     const gpu::DeviceProperties& props = gpu::device_properties(device);
+#if defined(TNN_WITH_HIP)
+    if (props.capability < gpu::kCcRdna4 || props.capability >= gpu::kCcRdna4 + 0x100 || props.warp_size != 32)
+        throw UnsupportedError(msg("FullyFusedMLP on AMD needs gfx12 (RDNA4) WMMA in wave32; ", props.name, " is ",
+                                   props.arch, "; use PortableMLP"));
+#else
     if (!gpu::is_nvidia(props.capability) || props.capability < gpu::kCcAmpere)
         throw UnsupportedError(msg("FullyFusedMLP needs NVIDIA tensor cores with mma.sync bf16/fp16 (sm_80 or newer); ",
                                    props.name, " is ", props.arch, "; use BlasLtMLP or PortableMLP"));
+#endif  // TNN_WITH_HIP
     DeviceLimits d;
     d.smem_per_block = static_cast<int64_t>(props.smem_per_block_optin);
-    d.smem_per_sm = d.smem_per_block + 1024;  // sm_80/sm_90: the per-SM pool is the block maximum + 1 KB
+    // sm_80/sm_90: the per-SM pool is the block maximum + 1 KB. AMD: one CU's share of LDS, taken the
+    // same way (the estimate reserves 1 KB per block).
+    d.smem_per_sm = d.smem_per_block + 1024;
     dispatch(dtype, width, [&](auto k) {
         using K = decltype(k);
         const KernelInfo info = backward ? K::backward_info(static_cast<int>(d.smem_per_block), relu)
@@ -205,4 +214,4 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
 }
 
 }  // namespace tnn::ffm
-#endif  // TNN_WITH_CUDA
+#endif  // TNN_WITH_GPU

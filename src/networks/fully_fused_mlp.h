@@ -181,14 +181,15 @@ struct KernelArgs {
     BackwardPlan bwd;
 };
 
-#if defined(TNN_WITH_CUDA)
-// The CUDA entry points (fully_fused_mlp.cu), called by the module with validated arguments, rows > 0.
-// The forward pass keeps no context: backward recomputes it from the input.
+#if defined(TNN_WITH_GPU)
+// The GPU entry points (fully_fused_mlp.cu; CUDA, or HIP with the gfx12 kernels), called by the
+// module with validated arguments, rows > 0. The forward pass keeps no context: backward recomputes
+// it from the input.
 void gpu_forward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, View output,
                  const void* params);
 void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, ConstView dL_doutput,
                   View* dL_dinput, void* dL_dparams, const void* params, GradMode mode);
-#endif  // TNN_WITH_CUDA
+#endif  // TNN_WITH_GPU
 
 // Largest of 16/8/4/2 bytes dividing the address, the row pitch and the row size of a tensor.
 int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes);
