@@ -363,6 +363,7 @@ int main(int argc, char** argv) {
         bench_row(main, o, s, results, {-1, -1, -1, 512}, "forward_512_threads");
         bench_row(main, o, s, results, {-1, 0, -1, 0}, "no_shared_levels");
         bench_row(main, o, s, results, {-1, -1, 0, 0}, "scalar_atomics");
+        bench_row(main, o, s, results, {-1, -1, -1, 0, 0}, "det_thread_per_row_level");
     }
     // Smaller rows (2^20): dimensions, features per level, grid types, interpolations, precisions.
     const int64_t b20 = int64_t(1) << 20;

@@ -173,7 +173,12 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
     L.param_grad_shared_fixed(c, desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
                               plan.shared_bytes, g.data, g.stride, acc, exponents);
-    L.param_grad_fixed(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, FixedSink{acc, exponents});
+    // F > 1: one thread per feature, so that an entry's F integer reductions leave as one request.
+    if (F > 1 && variant().feature_lanes != 0)
+        L.param_grad_fixed_lanes(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, acc, exponents);
+    else
+        L.param_grad_fixed(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride,
+                           FixedSink{acc, exponents});
     dispatch_gradient_type(desc.dtype, [&](auto t) {
         using T = decltype(t);
         size_t largest = 0;

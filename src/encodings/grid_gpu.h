@@ -197,6 +197,7 @@ struct Variant {
     int shared_levels = -1;   // parameter gradient: small levels reduced in shared memory first (0: off)
     int vector_atomics = -1;  // parameter gradient: sm_90 v2/v4 float reductions, x-pairs merged (0: scalar)
     int forward_threads = 0;  // threads per forward block (0: 256)
+    int feature_lanes = -1;   // deterministic gradient: one thread per feature, coalesced reductions (0: off)
 };
 void set_variant(const Variant& v);
 Variant variant();

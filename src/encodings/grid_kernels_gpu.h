@@ -231,12 +231,13 @@ template <uint32_t N> constexpr int kUnroll = N <= 8 ? static_cast<int>(N) : 2;
 // ---- forward ---------------------------------------------------------------------------------------
 
 // y[row, level * F + f] = sum_c W_c V_c[f] in corner order with fma (the CPU reference's order), or the
-// lower vertex's value for Nearest; 0 for switched-off levels. Block: rows_per_block * n_levels threads.
+// lower vertex's value for Nearest; 0 for switched-off levels. Block: rows_per_block * n_levels threads;
+// dynamic shared memory: the level table (n_levels entries: the rest of the SM's 256 KiB stays L1).
 template <typename T, uint32_t D, uint32_t F, bool CHUNKED>
 __global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t rows_per_block,
                                     const float* __restrict__ x, int64_t x_stride, const T* __restrict__ params,
                                     T* __restrict__ y, int64_t y_stride, bool vec_store) {
-    __shared__ LevelInfo levels[grid::kMaxLevels];
+    extern __shared__ LevelInfo levels[];
     for (uint32_t i = threadIdx.x; i < a.n_levels; i += blockDim.x) levels[i] = a.levels[i];
     __syncthreads();
     const uint32_t local_row = threadIdx.x / a.n_levels, level = threadIdx.x - local_row * a.n_levels;
@@ -378,6 +379,22 @@ struct FixedSink {
     }
 };
 
+// Fixed point, one feature: thread f of a row adds feature f (see grid_param_grad_lanes_kernel).
+struct FixedLaneSink {
+    unsigned long long* base;  // the level's accumulator + the thread's feature
+    uint32_t stride;           // F
+    int k;
+    template <uint32_t N> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[N]) const {
+        const long long q = to_fixed_point(w * g[0], k);
+        if (q != 0) atomicAdd(base + size_t(i) * stride, static_cast<unsigned long long>(q));
+    }
+    template <uint32_t N>
+    __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[N]) const {
+        add<N>(i0, w0, g);
+        add<N>(i1, w1, g);
+    }
+};
+
 // The largest per-row sum of |contribution| of a block (all of one level), for the fixed-point scale.
 struct BoundSink {
     struct Level {
@@ -503,6 +520,30 @@ __global__ void __launch_bounds__(kThreads)
     load_gradient<T, F>(g, row, g_stride, level, gv);
     row_contributions<D, F, SECOND>(a, L, level, row, rows, x + row * x_stride, SECOND ? v + row * v_stride : nullptr,
                                     gv, s);
+}
+
+// The deterministic global reduction with F threads per (row, level): thread f of a row adds feature
+// f, so the F integer reductions of a corner come from consecutive lanes of one instruction and reach
+// L2 as one sector request instead of F (integer reductions have no vector form). Blocks hold
+// kThreads / F rows, level-major like grid_param_grad_kernel.
+template <typename T, uint32_t D, uint32_t F, bool SECOND>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_grad_lanes_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level, int64_t rows,
+                                 const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
+                                 int64_t v_stride, const T* __restrict__ g, int64_t g_stride,
+                                 unsigned long long* __restrict__ acc, const int* __restrict__ exponents) {
+    constexpr uint32_t kRowsPerBlock = kThreads / F;
+    const uint32_t level = list.ids[blockIdx.x / blocks_per_level];
+    const int64_t row = int64_t(blockIdx.x % blocks_per_level) * kRowsPerBlock + threadIdx.x / F;
+    const uint32_t f = threadIdx.x % F;
+    if (row >= rows) return;
+    const int k = exponents[level];
+    if (k == kNonFiniteExponent) return;  // the conversion writes NaN for the level
+    const LevelInfo& L = a.levels[level];
+    const float gv[1] = {to_acc(g[row * g_stride + int64_t(level) * F + f])};
+    const FixedLaneSink sink{acc + size_t(L.offset) * F + f, F, k};
+    row_contributions<D, 1, SECOND>(a, L, level, row, rows, x + row * x_stride, SECOND ? v + row * v_stride : nullptr,
+                                    gv, sink);
 }
 
 // Shared-memory reduction of small levels: block b reduces item items[b / blocks_per_item] over rows
@@ -723,6 +764,10 @@ struct Launchers {
                              int64_t v_stride, const void* g, int64_t g_stride, const FloatSink&);
     void (*param_grad_fixed)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
                              int64_t v_stride, const void* g, int64_t g_stride, const FixedSink&);
+    // The same with one thread per (row, level, feature) (grid_param_grad_lanes_kernel).
+    void (*param_grad_fixed_lanes)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
+                                   const float* v, int64_t v_stride, const void* g, int64_t g_stride,
+                                   unsigned long long* acc, const int* exponents);
     // Shared-memory parameter gradient of small levels (first order), into a float or fixed-point accumulator.
     void (*param_grad_shared_float)(const Call&, DType, uint32_t n_features, const SharedItems&,
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
@@ -806,12 +851,13 @@ template <uint32_t D> Launchers make_launchers() {
             const unsigned block = rows_per_block * c.args->n_levels;
             const T* p = static_cast<const T*>(params);
             T* out = static_cast<T*>(y);
+            const size_t table = c.args->n_levels * sizeof(LevelInfo);
             if (chunked)
-                grid_forward_kernel<T, D, F, true><<<grid, block, 0, c.stream>>>(*c.args, c.rows, rows_per_block, c.x,
-                                                                                  c.x_stride, p, out, y_stride, vec_store);
+                grid_forward_kernel<T, D, F, true><<<grid, block, table, c.stream>>>(
+                    *c.args, c.rows, rows_per_block, c.x, c.x_stride, p, out, y_stride, vec_store);
             else
-                grid_forward_kernel<T, D, F, false><<<grid, block, 0, c.stream>>>(*c.args, c.rows, rows_per_block, c.x,
-                                                                                   c.x_stride, p, out, y_stride, vec_store);
+                grid_forward_kernel<T, D, F, false><<<grid, block, table, c.stream>>>(
+                    *c.args, c.rows, rows_per_block, c.x, c.x_stride, p, out, y_stride, vec_store);
             TNN_GPU_CHECK_LAUNCH("grid_forward_kernel");
         });
     };
@@ -822,6 +868,24 @@ template <uint32_t D> Launchers make_launchers() {
     l.param_grad_fixed = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
                             const float* v, int64_t v_stride, const void* g, int64_t g_stride, const FixedSink& sink) {
         launch_param_grad<D>(c, dtype, n_features, second, list, v, v_stride, g, g_stride, sink);
+    };
+    l.param_grad_fixed_lanes = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
+                                  const float* v, int64_t v_stride, const void* g, int64_t g_stride,
+                                  unsigned long long* acc, const int* exponents) {
+        if (list.count == 0) return;
+        dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+            using T = decltype(t);
+            constexpr uint32_t F = decltype(f)::value;
+            const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads / F));
+            const T* gt = static_cast<const T*>(g);
+            if (second)
+                grid_param_grad_lanes_kernel<T, D, F, true><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
+            else
+                grid_param_grad_lanes_kernel<T, D, F, false><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
+            TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_kernel");
+        });
     };
     l.param_grad_shared_float = [](const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
                                    uint32_t bpi, int64_t rows_per_block, size_t shared_bytes, const void* g,
