@@ -2,8 +2,8 @@
 // and the products their gradients and second-order passes need (composite.cpp's CPU loops, in the
 // same order). One kernel, one thread per output element; the nested outputs arrive as padded lane
 // views in the kernel arguments (at most kMaxNested of them).
+#include "encodings/dispatch_gpu.h"
 #include "encodings/encodings_gpu.h"
-#include "gpu/gpu.h"
 
 namespace tnn {
 
@@ -95,20 +95,14 @@ void combine(const Stream& stream, Combine mode, const std::vector<Lanes>& y, co
              const ConstView* g, size_t skip, View out) {
     if (out.rows == 0 || out.cols == 0) return;
     gpu::DeviceGuard guard(stream.device().index);
-    auto launch = [&](auto t) {
+    dispatch_gpu_storage(out.dtype, "Composite encoding", [&](auto t) {
         using T = decltype(t);
         composite_combine_kernel<T><<<gpu::elementwise_grid(out.numel()), gpu::kElementwiseThreads, 0,
                                       gpu::native_stream(stream)>>>(
             mode, lane_args<T>(y), lane_args<T>(w), g ? g->ptr<T>() : nullptr, g ? g->stride : 0,
             static_cast<uint32_t>(skip), out.rows, out.cols, out.ptr<T>(), out.stride);
         TNN_GPU_CHECK_LAUNCH("composite_combine_kernel");
-    };
-    switch (out.dtype) {
-        case DType::f32: launch(float{}); return;
-        case DType::f16: launch(gpu_half{}); return;
-        case DType::bf16: launch(gpu_bf16{}); return;
-        default: throw UnsupportedError(msg("Composite encoding (GPU): no kernels for ", dtype_name(out.dtype)));
-    }
+    });
 }
 
 }  // namespace

@@ -112,15 +112,6 @@ ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contrib
     return p;
 }
 
-template <typename FN> void dispatch_gradient_type(DType dtype, FN&& f) {
-    switch (dtype) {
-        case DType::f32: f(float{}); return;
-        case DType::f16: f(gpu_half{}); return;
-        case DType::bf16: f(gpu_bf16{}); return;
-        default: throw UnsupportedError(msg("grid encoding (GPU): no kernels for ", dtype_name(dtype)));
-    }
-}
-
 // dL/dparams of a first-order (v == nullptr) or second-order pass, weights from dL/dy = g.
 void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, const float* v, int64_t v_stride,
                     ConstView g, void* dL_dparams, GradMode mode) {
@@ -149,7 +140,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         const bool vec = variant().vector_atomics != 0 && aligned(acc, 16);
         L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, FloatSink{acc, vec});
         if (direct) return;
-        dispatch_gradient_type(desc.dtype, [&](auto t) {
+        dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
             using T = decltype(t);
             grid_gradient_from_float_kernel<T><<<gpu::elementwise_grid(static_cast<int64_t>(n)),
                                                  gpu::kElementwiseThreads, 0, s>>>(
@@ -179,7 +170,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     else
         L.param_grad_fixed(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride,
                            FixedSink{acc, exponents});
-    dispatch_gradient_type(desc.dtype, [&](auto t) {
+    dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
         using T = decltype(t);
         size_t largest = 0;
         for (uint32_t l = 0; l < desc.n_levels; ++l) largest = std::max<size_t>(largest, desc.levels[l].size);

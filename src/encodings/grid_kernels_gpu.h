@@ -11,6 +11,7 @@
 // - input gradient and the second-order pass: one thread per row, levels in order (as the CPU).
 #pragma once
 
+#include "encodings/dispatch_gpu.h"
 #include "encodings/grid_gpu.h"
 #include "gpu/gpu.h"
 
@@ -787,7 +788,7 @@ struct Launchers {
 // The one place where the storage dtype and the features per level become template parameters:
 // f(T{}, std::integral_constant<uint32_t, F>{}).
 template <typename FN> void dispatch_storage(DType dtype, uint32_t n_features, FN&& f) {
-    auto with_type = [&](auto t) {
+    dispatch_gpu_storage(dtype, "grid encoding", [&](auto t) {
         switch (n_features) {
             case 1: f(t, std::integral_constant<uint32_t, 1>{}); return;
             case 2: f(t, std::integral_constant<uint32_t, 2>{}); return;
@@ -795,13 +796,7 @@ template <typename FN> void dispatch_storage(DType dtype, uint32_t n_features, F
             case 8: f(t, std::integral_constant<uint32_t, 8>{}); return;
         }
         throw UnsupportedError(msg("grid encoding (GPU): ", n_features, " features per level (1, 2, 4 or 8)"));
-    };
-    switch (dtype) {
-        case DType::f32: with_type(float{}); return;
-        case DType::f16: with_type(gpu_half{}); return;
-        case DType::bf16: with_type(gpu_bf16{}); return;
-        default: throw UnsupportedError(msg("grid encoding (GPU): no kernels for ", dtype_name(dtype)));
-    }
+    });
 }
 
 template <uint32_t D, typename SINK>

@@ -2,9 +2,9 @@
 // output lane is a function of one input value, so outputs are computed one thread per element
 // (coalesced writes) and input gradients one thread per (row, dimension), summing the lanes in the
 // CPU reference's order. The lane maths is encoding_math.h's, shared with per_dim_encoding.h.
+#include "encodings/dispatch_gpu.h"
 #include "encodings/encoding_math.h"
 #include "encodings/encodings_gpu.h"
-#include "gpu/gpu.h"
 
 namespace tnn {
 
@@ -81,14 +81,7 @@ __global__ void per_dim_second_order_output_kernel(const PerDimLanesGpu L, int64
     }
 }
 
-template <typename FN> void dispatch_storage(DType t, FN&& f) {
-    switch (t) {
-        case DType::f32: f(float{}); return;
-        case DType::f16: f(gpu_half{}); return;
-        case DType::bf16: f(gpu_bf16{}); return;
-        default: throw UnsupportedError(msg("per-dimension encoding (GPU): no kernels for ", dtype_name(t)));
-    }
-}
+constexpr const char* kWho = "per-dimension encoding";
 
 }  // namespace
 
@@ -97,7 +90,7 @@ namespace per_dim_gpu {
 void forward(const PerDimLanesGpu& lanes, const Stream& stream, ConstView input, View output) {
     if (output.cols == 0) return;
     gpu::DeviceGuard guard(stream.device().index);
-    dispatch_storage(output.dtype, [&](auto t) {
+    dispatch_gpu_storage(output.dtype, kWho, [&](auto t) {
         using T = decltype(t);
         per_dim_forward_kernel<T><<<gpu::elementwise_grid(output.numel()), gpu::kElementwiseThreads, 0,
                                     gpu::native_stream(stream)>>>(lanes, input.rows, static_cast<uint32_t>(input.cols),
@@ -110,7 +103,7 @@ void forward(const PerDimLanesGpu& lanes, const Stream& stream, ConstView input,
 void backward(const PerDimLanesGpu& lanes, const Stream& stream, ConstView input, ConstView dL_doutput,
               View dL_dinput) {
     gpu::DeviceGuard guard(stream.device().index);
-    dispatch_storage(dL_doutput.dtype, [&](auto t) {
+    dispatch_gpu_storage(dL_doutput.dtype, kWho, [&](auto t) {
         using T = decltype(t);
         per_dim_input_grad_kernel<T, false><<<gpu::elementwise_grid(input.numel()), gpu::kElementwiseThreads, 0,
                                               gpu::native_stream(stream)>>>(
@@ -124,7 +117,7 @@ void backward_backward_input(const PerDimLanesGpu& lanes, const Stream& stream, 
                              ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput) {
     gpu::DeviceGuard guard(stream.device().index);
     const gpu_stream_t s = gpu::native_stream(stream);
-    dispatch_storage(dL_doutput.dtype, [&](auto t) {
+    dispatch_gpu_storage(dL_doutput.dtype, kWho, [&](auto t) {
         using T = decltype(t);
         if (dL_ddLdoutput && dL_ddLdoutput->cols > 0) {
             per_dim_second_order_output_kernel<T><<<gpu::elementwise_grid(dL_ddLdoutput->numel()),

@@ -1,9 +1,11 @@
 // GPU kernels of the SphericalHarmonics encoding: one thread per row evaluates sh_math.h's basis (the
 // CPU reference's code) for its direction 2u - 1, templated on the degree so that the recurrences
 // unroll; outputs, input gradients and the second-order pass as in spherical_harmonics.cpp.
+#include "encodings/dispatch_gpu.h"
 #include "encodings/encodings_gpu.h"
 #include "encodings/sh_math.h"
-#include "gpu/gpu.h"
+
+#include <type_traits>
 
 namespace tnn {
 
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // The one place where the degree and the storage type become template parameters.
 template <typename FN> void dispatch(uint32_t degree, DType dtype, FN&& f) {
-    auto with_type = [&](auto t) {
+    dispatch_gpu_storage(dtype, "SphericalHarmonics", [&](auto t) {
         switch (degree) {
             case 1: f(t, std::integral_constant<uint32_t, 1>{}); return;
             case 2: f(t, std::integral_constant<uint32_t, 2>{}); return;
@@ -96,13 +98,7 @@ template <typename FN> void dispatch(uint32_t degree, DType dtype, FN&& f) {
             case 8: f(t, std::integral_constant<uint32_t, 8>{}); return;
         }
         throw UnsupportedError(msg("SphericalHarmonics (GPU): degree ", degree, " (1 to ", kShMaxDegree, ")"));
-    };
-    switch (dtype) {
-        case DType::f32: with_type(float{}); return;
-        case DType::f16: with_type(gpu_half{}); return;
-        case DType::bf16: with_type(gpu_bf16{}); return;
-        default: throw UnsupportedError(msg("SphericalHarmonics (GPU): no kernels for ", dtype_name(dtype)));
-    }
+    });
 }
 
 dim3 row_grid(int64_t rows) { return dim3(static_cast<unsigned>(gpu::ceil_div<int64_t>(rows, kThreads))); }
