@@ -105,11 +105,15 @@ def main():
     if not objects:
         sys.exit(f"isa_audit: no HIP objects under {build}/hip-objects (build the tnn_hip_objects target first)")
 
-    rows, failures = [], []
+    rows, failures, no_device_code = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for obj in objects:
             src = os.path.relpath(obj, os.path.join(build, "hip-objects"))[: -len(".o")]
             fatbin, co = os.path.join(tmp, "fatbin"), os.path.join(tmp, "co")
+            # A source without kernels (host-side runtime code) has no device code object at all.
+            if ".hip_fatbin" not in run([readelf, "-S", "-W", obj]):
+                no_device_code.append(src)
+                continue
             run([objcopy, f"--dump-section=.hip_fatbin={fatbin}", obj])
             target = f"hipv4-amdgcn-amd-amdhsa--{args.arch}"
             if target not in run([bundler, "--list", "--type=o", f"--input={fatbin}"]).split():
@@ -127,7 +131,9 @@ def main():
                     "sgpr": int(k.get("sgpr_count", 0)),
                     "lds": int(k.get("group_segment_fixed_size", 0)),
                     "scratch": int(k.get("private_segment_fixed_size", 0)),
-                    "spills": int(k.get("vgpr_spill_count", 0)) + int(k.get("sgpr_spill_count", 0)),
+                    # VGPR spills go to scratch memory; SGPR spills go to VGPR lanes (no memory traffic).
+                    "spills": int(k.get("vgpr_spill_count", 0)),
+                    "sgpr_spills": int(k.get("sgpr_spill_count", 0)),
                     "wmma": wmma.get(k["name"], 0),
                 }
                 rows.append(rec)
@@ -135,7 +141,7 @@ def main():
                     if rec["wmma"] == 0:
                         failures.append(f"{src}: {rec['kernel']} has no WMMA instruction")
                     if rec["scratch"] or rec["spills"]:
-                        failures.append(f"{src}: {rec['kernel']} uses scratch ({rec['scratch']} bytes, {rec['spills']} spilled registers)")
+                        failures.append(f"{src}: {rec['kernel']} uses scratch ({rec['scratch']} bytes, {rec['spills']} spilled VGPRs)")
     fused = [r for r in rows if MUST_WMMA_NO_SCRATCH.search(r["kernel"])]
     if not fused:
         failures.append("no FullyFusedMLP gfx12 kernel found")
@@ -150,16 +156,20 @@ def main():
     out.append("registers, and the number of `v_wmma_*` instructions. Checked: every GPU source has a " + args.arch)
     out.append("code object; the FullyFusedMLP gfx12 kernels contain WMMA and use no scratch.")
     out.append("")
+    if no_device_code:
+        out.append("Sources with host code only (no kernels, no code object): " +
+                   ", ".join(f"`{s}`" for s in no_device_code) + ".")
+        out.append("")
     n_scratch = sum(1 for r in rows if r["scratch"] or r["spills"])
     out.append(f"{len(objects)} sources, {len(rows)} kernels; FullyFusedMLP kernels: {len(fused)}, "
                f"WMMA in each: {min((r['wmma'] for r in fused), default=0)}..{max((r['wmma'] for r in fused), default=0)}, "
                f"max VGPRs {max((r['vgpr'] for r in fused), default=0)}; kernels with scratch: {n_scratch}.")
     out.append("")
-    out.append("| source | kernel | VGPRs | SGPRs | LDS (static) | scratch | spills | WMMA |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    out.append("| source | kernel | VGPRs | SGPRs | LDS (static) | scratch | VGPR spills | SGPR spills (to VGPRs) | WMMA |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in sorted(rows, key=lambda r: (r["src"], r["kernel"])):
         out.append(f"| {r['src']} | `{r['kernel']}` | {r['vgpr']} | {r['sgpr']} | {r['lds']} | {r['scratch']} | "
-                   f"{r['spills']} | {r['wmma']} |")
+                   f"{r['spills']} | {r['sgpr_spills']} | {r['wmma']} |")
     out.append("")
     if failures:
         out.append("## Violations")
