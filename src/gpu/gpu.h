@@ -321,7 +321,16 @@ template <> __device__ __forceinline__ float from_acc<float>(float v) { return v
 template <> __device__ __forceinline__ double from_acc<double>(float v) { return static_cast<double>(v); }
 template <> __device__ __forceinline__ gpu_half from_acc<gpu_half>(float v) { return __float2half_rn(v); }
 #if defined(TNN_WITH_HIP) && !defined(TNN_HIP_HAS_BF16_H)
-template <> __device__ __forceinline__ gpu_bf16 from_acc<gpu_bf16>(float v) { return gpu_bf16(v); }
+// hip_bfloat16(float)'s rounding, bit for bit (nearest even; a NaN whose payload is only in the
+// low 16 bits keeps a payload bit), written out: that constructor has several basic blocks and no
+// inline hint, so AMDGPU leaves it out of line in kernels over amdgpu-inline-max-bb blocks and it
+// returns every value through scratch memory (the gfx12 FullyFusedMLP kernels, bf16 W >= 32).
+template <> __device__ __forceinline__ gpu_bf16 from_acc<gpu_bf16>(float v) {
+    uint32_t u = __builtin_bit_cast(uint32_t, v);
+    if (~u & 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u);  // finite: round to nearest even
+    else if (u & 0xffffu) u |= 0x10000u;                     // NaN: keep it a NaN
+    return __builtin_bit_cast(gpu_bf16, static_cast<uint16_t>(u >> 16));
+}
 #else
 template <> __device__ __forceinline__ gpu_bf16 from_acc<gpu_bf16>(float v) { return __float2bfloat16(v); }
 #endif  // TNN_WITH_HIP && !TNN_HIP_HAS_BF16_H
