@@ -357,13 +357,27 @@ int main(int argc, char** argv) {
         bench_row({"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << log2, all}, o, s, results, {}, "auto");
     // Kernel variants of the main row at 2^20.
     if (!o.quick) {
-        const Row main{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"forward", "backward", "backward_det"}};
-        bench_row(main, o, s, results, {0, -1, -1, 0}, "one_load_per_value");
-        bench_row(main, o, s, results, {-1, -1, -1, 128}, "forward_128_threads");
-        bench_row(main, o, s, results, {-1, -1, -1, 512}, "forward_512_threads");
-        bench_row(main, o, s, results, {-1, 0, -1, 0}, "no_shared_levels");
-        bench_row(main, o, s, results, {-1, -1, 0, 0}, "scalar_atomics");
-        bench_row(main, o, s, results, {-1, -1, -1, 0, 0}, "det_thread_per_row_level");
+        const Row fwd{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"forward"}};
+        const Row bwd{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward", "backward_det"}};
+        const Row fast{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward"}};
+        const Row det{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward_det"}};
+        auto variant = [](const std::function<void(grid_gpu::Variant&)>& set) {
+            grid_gpu::Variant v;
+            set(v);
+            return v;
+        };
+        bench_row(fwd, o, s, results, variant([](auto& v) { v.chunked_loads = 0; }), "one_load_per_value");
+        bench_row(fwd, o, s, results, variant([](auto& v) { v.forward_threads = 128; }), "forward_128_threads");
+        bench_row(fwd, o, s, results, variant([](auto& v) { v.forward_threads = 512; }), "forward_512_threads");
+        bench_row(bwd, o, s, results, variant([](auto& v) { v.shared_kib = 0; }), "no_shared_levels");
+        bench_row(bwd, o, s, results, variant([](auto& v) { v.shared_kib = 48; }), "shared_48KiB");
+        bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 0; }), "fast_row_level_pairs");
+        bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 1; }), "fast_corner_lanes");
+        bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 0; v.vector_atomics = 0; }),
+                  "fast_row_level_scalar");
+        bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 0; }), "det_row_level");
+        bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 1; }), "det_feature_lanes");
+        bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 2; }), "det_corner_feature_lanes");
     }
     // Smaller rows (2^20): dimensions, features per level, grid types, interpolations, precisions.
     const int64_t b20 = int64_t(1) << 20;

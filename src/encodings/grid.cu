@@ -64,8 +64,9 @@ void zero(const Stream& stream, void* p, size_t bytes) {
 }
 
 // Which levels a parameter-gradient pass reduces where. Small levels (all features, or a power-of-two
-// group of them, fit kSharedBytes of accumulators) whose rows touch each accumulator several times
-// over go through shared memory; the rest through global atomics, level after level.
+// group of them, fit the shared-memory budget) whose rows touch each accumulator several times over
+// go through shared memory; the rest through global atomics, level after level. The coarse levels
+// are where thousands of rows hit each entry: in L2 those atomics would queue on the same addresses.
 struct ReductionPlan {
     LevelList global{};
     LevelList all{};  // every contributing level (the fixed-point bound pass)
@@ -75,9 +76,19 @@ struct ReductionPlan {
     size_t shared_bytes = 0;
 };
 
-ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contributing, bool second, size_t acc_bytes) {
-    ReductionPlan p;
+// Shared memory per block for small levels: the device's opt-in maximum (227 KiB on sm_90) unless a
+// variant caps it; 0 turns the shared-memory levels off.
+size_t shared_budget(const Stream& stream) {
     const Variant v = variant();
+    if (v.shared_kib == 0) return 0;
+    const size_t optin = gpu::device_properties(stream.device().index).smem_per_block_optin;
+    const size_t device_max = std::max(optin, kSharedBytes);
+    return v.shared_kib > 0 ? std::min(device_max, static_cast<size_t>(v.shared_kib) * 1024) : device_max;
+}
+
+ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contributing, bool second, size_t acc_bytes,
+                             size_t budget) {
+    ReductionPlan p;
     const uint32_t F = g.n_features;
     // Accumulator slots one row touches per level: one corner (Nearest, stochastic) or all of them.
     const bool one_corner = g.interpolation == grid::Interpolation::Nearest || g.stochastic_interpolation;
@@ -87,10 +98,10 @@ ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contrib
         p.all.ids[p.all.count++] = static_cast<uint8_t>(l);
         const uint64_t size = g.levels[l].size;
         uint32_t fs = F;
-        while (fs > 0 && size * fs * acc_bytes > kSharedBytes) fs /= 2;
+        while (fs > 0 && size * fs * acc_bytes > budget) fs /= 2;
         // Worth it when the rows add at least 4 contributions per shared slot (the flush costs one
         // coalesced atomic per slot and block).
-        const bool small = !second && v.shared_levels != 0 && fs > 0 &&
+        const bool small = !second && fs > 0 &&
                            static_cast<uint64_t>(rows) * touches >= 4 * size * fs &&
                            p.shared.count + F / fs <= kMaxSharedItems;
         if (!small) {
@@ -134,11 +145,16 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             acc = scratch.ptr<float>();
         }
         if (!direct || !accumulate) zero(stream, acc, n * sizeof(float));
-        const ReductionPlan plan = plan_reduction(desc, c.rows, n_contributing, second, sizeof(float));
+        const ReductionPlan plan =
+            plan_reduction(desc, c.rows, n_contributing, second, sizeof(float), shared_budget(stream));
         L.param_grad_shared_float(c, desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
                                   plan.shared_bytes, g.data, g.stride, acc);
-        const bool vec = variant().vector_atomics != 0 && aligned(acc, 16);
-        L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, FloatSink{acc, vec});
+        const Variant var = variant();
+        const FloatSink sink{acc, var.vector_atomics != 0};
+        if (var.fast_mapping == 0)
+            L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, sink);
+        else
+            L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, sink);
         if (direct) return;
         dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
             using T = decltype(t);
@@ -158,18 +174,27 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     int* exponents = reinterpret_cast<int*>(bound_bits + grid::kMaxLevels);
     zero(stream, acc, n * sizeof(unsigned long long));
     zero(stream, level_buffer.data(), level_buffer.bytes());
-    const ReductionPlan plan = plan_reduction(desc, c.rows, n_contributing, second, sizeof(unsigned long long));
+    const ReductionPlan plan =
+        plan_reduction(desc, c.rows, n_contributing, second, sizeof(unsigned long long), shared_budget(stream));
     L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g.data, g.stride, bound_bits);
     grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
     TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
     L.param_grad_shared_fixed(c, desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
                               plan.shared_bytes, g.data, g.stride, acc, exponents);
-    // F > 1: one thread per feature, so that an entry's F integer reductions leave as one request.
-    if (F > 1 && variant().feature_lanes != 0)
+    // Integer reductions have no vector form: threads per corner and feature put an entry's words, and
+    // its x-neighbour's, on consecutive lanes, which leave as one request per 32-byte sector.
+    const int mapping = variant().det_mapping;
+    if (mapping < 0 || mapping == 2) {
+        if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, acc,
+                                        exponents))  // 2^D * F > kThreads: one thread per feature
+            L.param_grad_fixed_lanes(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, acc,
+                                     exponents);
+    } else if (mapping == 1 && F > 1) {
         L.param_grad_fixed_lanes(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, acc, exponents);
-    else
+    } else {
         L.param_grad_fixed(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride,
                            FixedSink{acc, exponents});
+    }
     dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
         using T = decltype(t);
         size_t largest = 0;

@@ -194,10 +194,14 @@ void backward_backward_input(const GridDesc& g, const Stream& stream, ConstView 
 // for use while other threads run grids.
 struct Variant {
     int chunked_loads = -1;   // forward: 16-byte loads shared by x-neighbour corners (0: one load per value)
-    int shared_levels = -1;   // parameter gradient: small levels reduced in shared memory first (0: off)
-    int vector_atomics = -1;  // parameter gradient: sm_90 v2/v4 float reductions, x-pairs merged (0: scalar)
     int forward_threads = 0;  // threads per forward block (0: 256)
-    int feature_lanes = -1;   // deterministic gradient: one thread per feature, coalesced reductions (0: off)
+    int shared_kib = -1;      // gradient: shared memory per block for small levels (-1: the device's opt-in
+                              // maximum; 0: no shared-memory levels)
+    int vector_atomics = -1;  // fast gradient: sm_90 v2/v4 float reductions (0: scalar)
+    int fast_mapping = -1;    // fast gradient: 0 a thread per (row, level), x-pairs merged into one v4;
+                              // 1 a thread per (row, level, corner), reductions coalesced by sector
+    int det_mapping = -1;     // deterministic: 0 a thread per (row, level); 1 per (row, level, feature);
+                              // 2 per (row, level, corner, feature)
 };
 void set_variant(const Variant& v);
 Variant variant();

@@ -5,9 +5,11 @@
 // Thread mappings (docs/encodings.md "GPU" has the reasoning and bench/notes_grid.md the numbers):
 // - forward: one thread per (row, level), levels fastest, so a warp writes whole output rows and the
 //   gathers of all levels are in flight at once; x-neighbour corners share 16-byte loads.
-// - parameter gradient: one thread per (row, level) with blocks in level-major order, so the level
-//   whose gradient is being reduced stays in L2; levels small enough for shared memory are reduced
-//   there first (one block per row chunk) and flushed with coalesced atomics.
+// - parameter gradient: blocks in level-major order, so the level whose gradient is being reduced
+//   stays in L2; a thread per (row, level, corner) (fp32) or (row, level, corner, feature) (64-bit
+//   fixed point), so that reductions of x-neighbours sharing a 32-byte sector leave as one request
+//   (L2 reductions cost the same per request whatever their width); levels small enough for shared
+//   memory are reduced there first (one block per row chunk) and flushed with coalesced atomics.
 // - input gradient and the second-order pass: one thread per row, levels in order (as the CPU).
 #pragma once
 
@@ -56,7 +58,7 @@ struct SharedItems {
 };
 
 constexpr uint32_t kThreads = 256;  // threads per block of every kernel but the forward's (see Variant)
-// Shared-memory budget of one small-level block: the most that needs no opt-in on any device.
+// Shared memory a kernel may use without opting in, on every device.
 constexpr size_t kSharedBytes = 48 * 1024;
 
 // ---- storage types -----------------------------------------------------------------------------
@@ -302,15 +304,16 @@ __device__ __forceinline__ void red_add4(float* p, float a, float b, float c, fl
 #endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
 }
 
-// fp32 accumulation into acc (n_params floats, the level at offset * F). vec: acc is 16-byte aligned
-// and vector reductions are wanted; x-pairs in one aligned 8/16-byte slot then go as one operation.
+// fp32 accumulation into acc (n_params floats, the level at offset * F). vec: vector reductions are
+// wanted; each level checks the alignment they need (Tiled levels of base^d entries start anywhere).
 struct FloatSink {
     float* acc;
     bool vec;
 
     struct Level {
         float* base;
-        bool vec;
+        bool vec;   // entries aligned for one v2 (F = 2) / v4 (F >= 4) reduction each
+        bool pair;  // 2-entry slots aligned for one v2 (F = 1) / v4 (F = 2) reduction
         __device__ __forceinline__ bool skip() const { return false; }
         template <uint32_t F> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[F]) const {
             float* p = base + size_t(i) * F;
@@ -330,10 +333,10 @@ struct FloatSink {
         template <uint32_t F>
         __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[F]) const {
             if constexpr (F <= 2) {
-                // Two different entries of one aligned 2F-float slot (entries 2j and 2j + 1; the level offset
-                // is a multiple of 8): one reduction. For CoherentPrime levels this holds whenever the cell's
-                // x coordinate is even (x and x + 1 differ in bit 0 only), for dense levels when i0 is even.
-                if (vec && (i0 >> 1) == (i1 >> 1) && i0 != i1) {
+                // Two different entries of one 2F-float slot (entries 2j and 2j + 1): one reduction. For
+                // CoherentPrime levels this holds whenever the cell's x coordinate is even (x and x + 1
+                // differ in bit 0 only), for dense levels when i0 is even.
+                if (pair && (i0 >> 1) == (i1 >> 1) && i0 != i1) {
                     const bool in_order = i0 < i1;
                     const float wl = in_order ? w0 : w1, wh = in_order ? w1 : w0;
                     float* p = base + size_t(i0 & ~1u) * F;
@@ -347,7 +350,10 @@ struct FloatSink {
         }
     };
     template <uint32_t F> __device__ __forceinline__ Level level(uint32_t, const LevelInfo& L) const {
-        return Level{acc + size_t(L.offset) * F, vec};
+        float* base = acc + size_t(L.offset) * F;
+        const uintptr_t addr = reinterpret_cast<uintptr_t>(base);
+        const uintptr_t entry_alignment = F >= 4 ? 16 : 4 * F, pair_alignment = 8 * F;
+        return Level{base, vec && addr % entry_alignment == 0, vec && F <= 2 && addr % pair_alignment == 0};
     }
 };
 
@@ -545,6 +551,102 @@ __global__ void __launch_bounds__(kThreads)
     const FixedLaneSink sink{acc + size_t(L.offset) * F + f, F, k};
     row_contributions<D, 1, SECOND>(a, L, level, row, rows, x + row * x_stride, SECOND ? v + row * v_stride : nullptr,
                                     gv, sink);
+}
+
+// Corner `corner` of a row at a level: its entry and weight (as row_contributions computes them);
+// false when the corner receives nothing (Nearest and stochastic interpolation feed one corner).
+template <uint32_t D, bool SECOND>
+__device__ __forceinline__ bool corner_contribution(const KernelArgs& a, const LevelInfo& L, uint32_t level,
+                                                   int64_t row, int64_t rows, const float* __restrict__ x,
+                                                   const float* __restrict__ v, uint32_t corner, uint32_t& entry,
+                                                   float& weight) {
+    const auto interp = static_cast<Interpolation>(a.interpolation);
+    if constexpr (SECOND) {
+        if (interp == Interpolation::Nearest) return false;
+        grid::AxisWeight<float> axis[D];
+        uint32_t cell[D];
+        TNN_UNROLL
+        for (uint32_t d = 0; d < D; ++d) {
+            axis[d] = grid::axis_weight<float>(x[d], L.scale, interp);
+            cell[d] = axis[d].cell;
+        }
+        float grad[D];
+        grid::corner_weight_gradient(D, axis, corner, grad);
+        weight = 0.0f;
+        TNN_UNROLL
+        for (uint32_t d = 0; d < D; ++d) weight += v[d] * grad[d];
+        entry = corner_entry<D>(a, L, corner_terms<D>(L, cell, a.factors), cell, corner);
+        return true;
+    } else {
+        const Located<D> p = locate<D>(x, L.scale, interp);
+        if (interp == Interpolation::Nearest) {
+            if (corner != 0) return false;
+            weight = 1.0f;
+        } else if (a.stochastic) {
+            const float s = grid::stochastic_sample(static_cast<uint32_t>(row + int64_t(level) * rows));
+            uint32_t chosen = 0;
+            TNN_UNROLL
+            for (uint32_t d = 0; d < D; ++d)
+                if (!(s >= p.w[d])) chosen |= 1u << d;
+            if (corner != chosen) return false;
+            weight = 1.0f;
+        } else {
+            weight = corner_weight<D>(p.w, corner);
+        }
+        entry = corner_entry<D>(a, L, corner_terms<D>(L, p.cell, a.factors), p.cell, corner);
+        return true;
+    }
+}
+
+// Global-atomic reduction with a thread per (row, level, corner), corners of a row on consecutive
+// lanes: the x-neighbours' reductions leave one warp instruction together and reach L2 as one request
+// whenever they fall in one 32-byte sector (3 times in 4 for F = 2 with CoherentPrime or dense
+// indexing), more often than the 16-byte slots of FloatSink::add_pair (1 in 2).
+template <typename T, uint32_t D, uint32_t F, bool SECOND>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_grad_corner_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level, int64_t rows,
+                                  const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
+                                  int64_t v_stride, const T* __restrict__ g, int64_t g_stride, const FloatSink sink) {
+    constexpr uint32_t kCorners = 1u << D, kRowsPerBlock = kThreads / kCorners;
+    const uint32_t level = list.ids[blockIdx.x / blocks_per_level];
+    const int64_t row = int64_t(blockIdx.x % blocks_per_level) * kRowsPerBlock + threadIdx.x / kCorners;
+    if (row >= rows) return;
+    const LevelInfo& L = a.levels[level];
+    uint32_t entry;
+    float w;
+    if (!corner_contribution<D, SECOND>(a, L, level, row, rows, x + row * x_stride,
+                                        SECOND ? v + row * v_stride : nullptr, threadIdx.x % kCorners, entry, w))
+        return;
+    float gv[F];
+    load_gradient<T, F>(g, row, g_stride, level, gv);
+    sink.template level<F>(level, L).template add<F>(entry, w, gv);
+}
+
+// The deterministic reduction with a thread per (row, level, corner, feature), features fastest: an
+// entry's F words and its x-neighbour's, when they share a 32-byte sector, leave as one request.
+template <typename T, uint32_t D, uint32_t F, bool SECOND>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_grad_corner_fixed_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level,
+                                        int64_t rows, const float* __restrict__ x, int64_t x_stride,
+                                        const float* __restrict__ v, int64_t v_stride, const T* __restrict__ g,
+                                        int64_t g_stride, unsigned long long* __restrict__ acc,
+                                        const int* __restrict__ exponents) {
+    constexpr uint32_t kLanes = (1u << D) * F, kRowsPerBlock = kThreads / kLanes;
+    static_assert(kRowsPerBlock >= 1, "a (row, level) must fit one block");
+    const uint32_t level = list.ids[blockIdx.x / blocks_per_level];
+    const int64_t row = int64_t(blockIdx.x % blocks_per_level) * kRowsPerBlock + threadIdx.x / kLanes;
+    if (row >= rows) return;
+    const int k = exponents[level];
+    if (k == kNonFiniteExponent) return;  // the conversion writes NaN for the level
+    const uint32_t lane = threadIdx.x % kLanes, corner = lane / F, f = lane % F;
+    const LevelInfo& L = a.levels[level];
+    uint32_t entry;
+    float w;
+    if (!corner_contribution<D, SECOND>(a, L, level, row, rows, x + row * x_stride,
+                                        SECOND ? v + row * v_stride : nullptr, corner, entry, w))
+        return;
+    const long long q = to_fixed_point(w * to_acc(g[row * g_stride + int64_t(level) * F + f]), k);
+    if (q != 0) atomicAdd(acc + (size_t(L.offset) + entry) * F + f, static_cast<unsigned long long>(q));
 }
 
 // Shared-memory reduction of small levels: block b reduces item items[b / blocks_per_item] over rows
@@ -765,10 +867,18 @@ struct Launchers {
                              int64_t v_stride, const void* g, int64_t g_stride, const FloatSink&);
     void (*param_grad_fixed)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
                              int64_t v_stride, const void* g, int64_t g_stride, const FixedSink&);
-    // The same with one thread per (row, level, feature) (grid_param_grad_lanes_kernel).
+    // The same with one thread per (row, level, feature) (grid_param_grad_lanes_kernel), or per (row,
+    // level, corner, feature) (grid_param_grad_corner_fixed_kernel; false when 2^D * F exceeds a block).
     void (*param_grad_fixed_lanes)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                    const float* v, int64_t v_stride, const void* g, int64_t g_stride,
                                    unsigned long long* acc, const int* exponents);
+    bool (*param_grad_fixed_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
+                                     const float* v, int64_t v_stride, const void* g, int64_t g_stride,
+                                     unsigned long long* acc, const int* exponents);
+    // Fast path with one thread per (row, level, corner) (grid_param_grad_corner_kernel).
+    void (*param_grad_float_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
+                                     const float* v, int64_t v_stride, const void* g, int64_t g_stride,
+                                     const FloatSink&);
     // Shared-memory parameter gradient of small levels (first order), into a float or fixed-point accumulator.
     void (*param_grad_shared_float)(const Call&, DType, uint32_t n_features, const SharedItems&,
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
@@ -826,8 +936,11 @@ void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, c
     dispatch_storage(dtype, n_features, [&](auto t, auto f) {
         using T = decltype(t);
         constexpr uint32_t F = decltype(f)::value;
-        grid_param_grad_shared_kernel<T, D, F, ACC>
-            <<<dim3(items.count * blocks_per_item), kThreads, shared_bytes, c.stream>>>(
+        const auto kernel = grid_param_grad_shared_kernel<T, D, F, ACC>;
+        if (shared_bytes > kSharedBytes)  // past the default limit: opt in (grid.cu keeps it within the device's)
+            TNN_GPU_CHECK(gpu_func_set_attribute(kernel, gpu_func_attribute_max_dynamic_shared_memory_size,
+                                                 static_cast<int>(shared_bytes)));
+        kernel<<<dim3(items.count * blocks_per_item), kThreads, shared_bytes, c.stream>>>(
                 *c.args, items, blocks_per_item, rows_per_block, c.rows, c.x, c.x_stride, static_cast<const T*>(g),
                 g_stride, acc, exponents);
         TNN_GPU_CHECK_LAUNCH("grid_param_grad_shared_kernel");
@@ -880,6 +993,47 @@ template <uint32_t D> Launchers make_launchers() {
                 grid_param_grad_lanes_kernel<T, D, F, false><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
                     *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_kernel");
+        });
+    };
+    l.param_grad_fixed_corners = [](const Call& c, DType dtype, uint32_t n_features, bool second,
+                                    const LevelList& list, const float* v, int64_t v_stride, const void* g,
+                                    int64_t g_stride, unsigned long long* acc, const int* exponents) {
+        bool launched = false;
+        dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+            using T = decltype(t);
+            constexpr uint32_t F = decltype(f)::value;
+            if constexpr ((1u << D) * F <= kThreads) {
+                launched = true;
+                if (list.count == 0) return;
+                const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads / ((1u << D) * F)));
+                const T* gt = static_cast<const T*>(g);
+                if (second)
+                    grid_param_grad_corner_fixed_kernel<T, D, F, true><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
+                else
+                    grid_param_grad_corner_fixed_kernel<T, D, F, false><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
+                TNN_GPU_CHECK_LAUNCH("grid_param_grad_corner_fixed_kernel");
+            }
+        });
+        return launched;
+    };
+    l.param_grad_float_corners = [](const Call& c, DType dtype, uint32_t n_features, bool second,
+                                    const LevelList& list, const float* v, int64_t v_stride, const void* g,
+                                    int64_t g_stride, const FloatSink& sink) {
+        if (list.count == 0) return;
+        dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+            using T = decltype(t);
+            constexpr uint32_t F = decltype(f)::value;
+            const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads >> D));
+            const T* gt = static_cast<const T*>(g);
+            if (second)
+                grid_param_grad_corner_kernel<T, D, F, true><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
+            else
+                grid_param_grad_corner_kernel<T, D, F, false><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
+            TNN_GPU_CHECK_LAUNCH("grid_param_grad_corner_kernel");
         });
     };
     l.param_grad_shared_float = [](const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,

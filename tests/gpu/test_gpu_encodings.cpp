@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <tuple>
 
@@ -465,6 +466,15 @@ const EncodingCase& case_named(const std::string& name) {
     throw Error("no encoding test case named " + name);
 }
 
+#ifdef TNN_WITH_GPU
+// A kernel variant with some fields set (the rest automatic).
+grid_gpu::Variant variant_with(const std::function<void(grid_gpu::Variant&)>& set) {
+    grid_gpu::Variant v;
+    set(v);
+    return v;
+}
+#endif  // TNN_WITH_GPU
+
 // Restores the process-wide switches a test changes.
 struct SwitchGuard {
     ~SwitchGuard() {
@@ -492,9 +502,13 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
             const EncodingResult b = run_encoding(*enc, stream, data, c.batch);
             expect_same_bits(to_float(a.dL_dparams), to_float(b.dL_dparams), "dL/dparams run to run");
             expect_same_bits(to_float(a.dL_dparams2), to_float(b.dL_dparams2), "dL'/dparams run to run");
-            // Integer sums do not depend on how the work is split: no shared-memory levels, or one thread
-            // per (row, level) instead of one per feature.
-            for (const grid_gpu::Variant& v : {grid_gpu::Variant{-1, 0, 0, 0, -1}, grid_gpu::Variant{-1, -1, -1, 0, 0}}) {
+            // Integer sums do not depend on how the work is split: shared-memory levels off or capped,
+            // a thread per (row, level), per feature, per (corner, feature).
+            const std::vector<grid_gpu::Variant> variants = {
+                variant_with([](auto& v) { v.shared_kib = 0; }), variant_with([](auto& v) { v.shared_kib = 48; }),
+                variant_with([](auto& v) { v.det_mapping = 0; }), variant_with([](auto& v) { v.det_mapping = 1; }),
+                variant_with([](auto& v) { v.det_mapping = 2; })};
+            for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult e = run_encoding(*enc, stream, data, c.batch);
                 grid_gpu::set_variant({});
@@ -532,8 +546,19 @@ TEST(GridGpu, KernelVariantsAgree) {
             TestStream stream(Device::gpu(0));
             const EncodingResult base = run_encoding(*enc, stream, data, c.batch);
             const ErrorModel m = error_model(c, *enc);
-            for (const grid_gpu::Variant& v : {grid_gpu::Variant{0, -1, -1, 0}, grid_gpu::Variant{-1, 0, 0, 0},
-                                               grid_gpu::Variant{-1, -1, -1, 64}, grid_gpu::Variant{-1, -1, -1, 512}}) {
+            const std::vector<grid_gpu::Variant> variants = {
+                variant_with([](auto& v) { v.chunked_loads = 0; }),
+                variant_with([](auto& v) { v.forward_threads = 64; }),
+                variant_with([](auto& v) { v.forward_threads = 512; }),
+                variant_with([](auto& v) { v.shared_kib = 0; }),
+                variant_with([](auto& v) { v.shared_kib = 48; }),
+                variant_with([](auto& v) { v.fast_mapping = 0; }),
+                variant_with([](auto& v) { v.fast_mapping = 1; }),
+                variant_with([](auto& v) {
+                    v.fast_mapping = 0;
+                    v.vector_atomics = 0;
+                })};
+            for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
                 grid_gpu::set_variant({});
