@@ -2,7 +2,8 @@
 // call of our grid forward, backward (parameter gradient, fast and deterministic) and forward +
 // backward, from CUDA graphs of back-to-back calls timed with events (median of rounds), for tcnn's
 // benchmark grid at 2^20 and 2^21 rows, kernel variants, and smaller rows (2D/4D, F = 1/4/8, Dense,
-// Tiled, Nearest, Smoothstep, fp32/bf16). Measures the floors too: device copy bandwidth and the
+// Tiled, Nearest, Smoothstep, fp32/bf16), and tcnn's encoding + FullyFusedMLP training step and
+// inference through the Trainer (2^18, 2^20). Measures the floors too: device copy bandwidth and the
 // rate of random 16-byte L2 gathers and of random float / u64 reductions into an L2-resident slice.
 // Writes one JSON; bench_grid_report.py adds the floors, PyTorch and tcnn.
 //
@@ -328,6 +329,60 @@ void bench_row(const Row& row, const Options& o, const Stream& s, json& results,
     grid_gpu::set_variant({});
 }
 
+// tcnn's encoding + MLP benchmark: the main grid feeding a FullyFusedMLP (width 64, 2 hidden layers,
+// ReLU, 3 -> 16 outputs, fp16), L2 loss and Adam. "train_step" is Trainer::step (forward, loss,
+// backward, Adam), which replays its own CUDA graph once its views repeat: events around `steps`
+// back-to-back steps per round (one graph launch each). "inference" is the model's inference in our
+// graphs of back-to-back calls, as the grid rows.
+void bench_model(int64_t batch, const Options& o, const Stream& s, json& results) {
+    const Device dev = s.device();
+    json config = {{"encoding", base_config()},
+                   {"network", {{"otype", "FullyFusedMLP"}, {"n_neurons", 64}, {"n_hidden_layers", 2},
+                                {"activation", "ReLU"}, {"output_activation", "None"}, {"dtype", "float16"}}},
+                   {"loss", {{"otype", "L2"}}},
+                   {"optimizer", {{"otype", "Adam"}, {"learning_rate", 1e-2}}}};
+    const std::string label = "hashgrid_ffmlp64_3to16_fp16";
+    auto record = [&](const std::string& pass, const std::vector<double>& ms, const std::string& what) {
+        results.push_back({{"label", label}, {"pass", pass}, {"batch", batch}, {"config", config},
+                           {"ms", median(ms)}, {"ms_rounds", ms}, {"what", what}});
+        std::printf("%-34s %-13s %-14s b=%-8lld %9.4f ms\n", label.c_str(), pass.c_str(), "model",
+                    static_cast<long long>(batch), median(ms));
+        std::fflush(stdout);
+    };
+    try {
+        for (const bool det : {false, true}) {
+            json c = config;
+            c["encoding"]["deterministic"] = det;
+            Trainer trainer(3, 16, c, dev);
+            Tensor x = upload(uniform(size_t(batch) * 3, 0.0f, 1.0f, 1), batch, 3, DType::f32, dev);
+            Tensor target = upload(uniform(size_t(batch) * 16, 0.0f, 1.0f, 2), batch, 16, DType::f32, dev);
+            Tensor y(batch, 16, DType::f16, dev);
+            for (int i = 0; i < 5; ++i) trainer.step(s, x.view(), target.view());  // captures the graph
+            s.synchronize();
+            Timer timer;
+            const gpu_stream_t native = gpu::native_stream(s);
+            const double one = timer.time(native, [&] { trainer.step(s, x.view(), target.view()); });
+            const int steps = std::max(5, std::min(500, static_cast<int>(std::ceil(o.round_ms / std::max(one, 1e-3)))));
+            std::vector<double> ms;
+            for (int r = 0; r < o.rounds; ++r)
+                ms.push_back(timer.time(native, [&] {
+                                 for (int i = 0; i < steps; ++i) trainer.step(s, x.view(), target.view());
+                             }) /
+                             steps);
+            if (trainer.graph_steps() == 0) throw Error("bench_model: the trainer did not replay a graph");
+            record(det ? "train_step_det" : "train_step", ms,
+                   "Trainer::step: forward + L2 + backward + Adam, replayed from the trainer's graph");
+            if (!det)
+                record("inference",
+                       time_calls(s, o, [&] { trainer.model().inference(s, x.view(), y.view(), trainer.params()); }),
+                       "model inference");
+        }
+    } catch (const std::exception& ex) {
+        results.push_back({{"label", label}, {"batch", batch}, {"error", ex.what()}});
+        std::printf("%-34s ERROR %s\n", label.c_str(), ex.what());
+    }
+}
+
 json with(json base, const json& changes) {
     for (auto it = changes.begin(); it != changes.end(); ++it) base[it.key()] = it.value();
     return base;
@@ -398,8 +453,12 @@ int main(int argc, char** argv) {
     if (!o.quick)
         for (const Row& r : rows) bench_row(r, o, s, results, {}, "auto");
 
+    // tcnn's encoding + MLP training step and inference (2^18 and 2^20 rows).
+    json model = json::array();
+    for (int log2 : {18, 20}) bench_model(int64_t(1) << log2, o, s, model);
+
     json doc = {{"device", gpu_device_description(0)}, {"version", version()}, {"floors", floors},
-                {"results", results}};
+                {"results", results}, {"model", model}};
     std::ofstream(o.out) << doc.dump(1) << "\n";
     (void)gpu_stream_destroy(native);
     std::printf("bench_grid: wrote %s\n", o.out.c_str());
