@@ -8,7 +8,8 @@
 #
 # Environment: OUT (default out/grid_bench), BUILD (default build-grid; reused incrementally), JOBS
 # (default: all cores), CUDA_ARCH (default 90), BUDGET_S (default 400: total wall time planned),
-# SKIP_TESTS=1, SKIP_TORCH=1, QUICK=1 (main rows only: no variants, no smaller rows).
+# SKIP_TESTS=1, TORCH_FROM (with SKIP_TORCH=1: a bench_grid_torch.json of an earlier run), CPU_TEST_FILTER / GPU_TEST_FILTER (gtest filters of the test step), SKIP_TORCH=1, QUICK=1
+# (main rows only: no variants, no smaller rows).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 SRC=$PWD
@@ -59,11 +60,11 @@ ok_line() {
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   echo "== tests: CPU encodings, then the encodings on the GPU ($(elapsed) s so far)"
-  timeout 120 "$BUILD/tests/tnn_tests" --gtest_filter='Grid*:Encodings*:Composite*:SphericalHarmonics*' \
+  timeout 120 "$BUILD/tests/tnn_tests" --gtest_filter="${CPU_TEST_FILTER:-Grid*:Encodings*:Composite*:SphericalHarmonics*}" \
     >"$OUT/tests_cpu.log" 2>&1
   ok_line "cpu tests" "$OUT/tests_cpu.log" $?
   timeout 200 "$BUILD/tests/tnn_gpu_tests" \
-    --gtest_filter='*EncodingBackends*:GridGpu*:CompositeGpu*:EncodingsGpu*' \
+    --gtest_filter="${GPU_TEST_FILTER:-*EncodingBackends*:GridGpu*:CompositeGpu*:EncodingsGpu*}" \
     --gtest_output="xml:$OUT/tests_gpu.xml" >"$OUT/tests_gpu.log" 2>&1
   ok_line "gpu tests" "$OUT/tests_gpu.log" $?
   # Keep failures and totals, not every passing line.
@@ -119,6 +120,11 @@ if [ "${SKIP_TORCH:-0}" != 1 ]; then
   else
     summary+=("torch baseline   skipped  (no torch with CUDA, or no time left)")
   fi
+fi
+
+if [ "${SKIP_TORCH:-0}" = 1 ] && [ -n "${TORCH_FROM:-}" ] && [ -s "$TORCH_FROM" ]; then
+  cp "$TORCH_FROM" "$OUT/bench_grid_torch.json"
+  summary+=("torch baseline   reused   from $TORCH_FROM (an earlier run on this device, same script)")
 fi
 
 echo "== summary ($(elapsed) s)"

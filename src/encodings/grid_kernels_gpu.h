@@ -469,7 +469,11 @@ __device__ __forceinline__ void row_contributions(const KernelArgs& a, const Lev
             vd[d] = v[d];
         }
         const CornerTerms<D> t = corner_terms<D>(L, cell, a.factors);
-#pragma unroll(kUnroll<(1u << D)>)
+        // Not unrolled: with the corner a compile-time constant the compiler folds its weight's factors
+        // differently (last-bit differences, measured on the H200 for D = 3), and the deterministic
+        // gradient must give the same bits whichever kernel enumerates the corners (the per-corner
+        // kernels see a run-time corner).
+#pragma unroll 1
         for (uint32_t c = 0; c < (1u << D); ++c) {
             float grad[D];
             grid::corner_weight_gradient(D, axis, c, grad);
