@@ -195,13 +195,13 @@ void backward_backward_input(const GridDesc& g, const Stream& stream, ConstView 
 struct Variant {
     int chunked_loads = -1;   // forward: 16-byte loads shared by x-neighbour corners (0: one load per value)
     int forward_threads = 0;  // threads per forward block (0: 256)
-    int shared_kib = -1;      // gradient: shared memory per block for small levels (-1: the device's opt-in
-                              // maximum; 0: no shared-memory levels)
+    int shared_kib = -1;      // gradient: shared memory per block for small levels (-1: 48 KiB, no opt-in;
+                              // 0: no shared-memory levels; more: opt in, up to the device's maximum)
     int vector_atomics = -1;  // fast gradient: sm_90 v2/v4 float reductions (0: scalar)
     int fast_mapping = -1;    // fast gradient: 0 a thread per (row, level), x-pairs merged into one v4;
                               // 1 a thread per (row, level, corner), reductions coalesced by sector
     int det_mapping = -1;     // deterministic: 0 a thread per (row, level); 1 per (row, level, feature);
-                              // 2 per (row, level, corner, feature)
+                              // 2 per (row, level, corner, feature) (-1: 1 when F > 1, else 2)
 };
 void set_variant(const Variant& v);
 Variant variant();
