@@ -403,18 +403,22 @@ struct FixedLaneSink {
 };
 
 // The largest per-row sum of |contribution| of a block (all of one level), for the fixed-point scale.
+// max_f |g_f|, or NaN when a g_f is NaN (fmaxf drops NaN, and a NaN gradient must still be seen).
+template <uint32_t F> __device__ __forceinline__ float max_abs_keep_nan(const float (&g)[F]) {
+    float m = 0.0f;
+    TNN_UNROLL
+    for (uint32_t f = 0; f < F; ++f) m = fmaxf(m, fabsf(g[f]));
+    TNN_UNROLL
+    for (uint32_t f = 0; f < F; ++f)
+        if (g[f] != g[f]) m = g[f];
+    return m;
+}
+
 struct BoundSink {
     struct Level {
         float* sum;
         template <uint32_t F> __device__ __forceinline__ void add(uint32_t, float w, const float (&g)[F]) const {
-            float m = 0.0f;
-            TNN_UNROLL
-            for (uint32_t f = 0; f < F; ++f) m = fmaxf(m, fabsf(g[f]));
-            // fmaxf drops NaN: a NaN gradient must still be seen, so it is added as is.
-            TNN_UNROLL
-            for (uint32_t f = 0; f < F; ++f)
-                if (g[f] != g[f]) m = g[f];
-            *sum += fabsf(w) * m;
+            *sum += fabsf(w) * max_abs_keep_nan<F>(g);
         }
         template <uint32_t F>
         __device__ __forceinline__ void add_pair(uint32_t, float w0, uint32_t, float w1, const float (&g)[F]) const {
@@ -691,6 +695,26 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// A first-order row's sum of |contribution| at a level, bounded without enumerating its corners: the
+// weights W_c of Linear / Smoothstep corners sum to prod_d (|w_d| + |1 - w_d|) (= 1 for weights in
+// [0, 1]), so the sum is at most that product times max_f |g_f|; 2^-10 of headroom covers the
+// rounding of the contributions' own products (D <= 7 roundings of 2^-24 each). The product is
+// evaluated from the row's weights, so a non-finite input still makes the level NaN. Nearest and
+// stochastic interpolation feed one corner with weight 1. No entry, hash or corner loop: the bound
+// pass costs about a read of x and dL/dy.
+template <uint32_t D, uint32_t F>
+__device__ __forceinline__ float first_order_row_bound(const KernelArgs& a, const LevelInfo& L,
+                                                       const float* __restrict__ x, const float (&g)[F]) {
+    const float m = max_abs_keep_nan<F>(g);
+    const auto interp = static_cast<Interpolation>(a.interpolation);
+    if (interp == Interpolation::Nearest || a.stochastic) return m;
+    const Located<D> p = locate<D>(x, L.scale, interp);
+    float weights = 1.0f;
+    TNN_UNROLL
+    for (uint32_t d = 0; d < D; ++d) weights *= fabsf(p.w[d]) + fabsf(1.0f - p.w[d]);
+    return m * weights * (1.0f + 1.0f / 1024.0f);
+}
+
 // Per level, the largest per-row sum of |contribution| as fp32 bits (atomicMax on the bits orders
 // non-negative floats; NaN bits exceed +inf's). Same block layout as grid_param_grad_kernel.
 template <typename T, uint32_t D, uint32_t F, bool SECOND>
@@ -707,9 +731,13 @@ __global__ void __launch_bounds__(kThreads)
     if (row < rows) {
         float gv[F], sum = 0.0f;
         load_gradient<T, F>(g, row, g_stride, level, gv);
-        const BoundSink::Level s{&sum};
-        row_contributions<D, F, SECOND>(a, a.levels[level], level, row, rows, x + row * x_stride,
-                                        SECOND ? v + row * v_stride : nullptr, gv, s);
+        if constexpr (SECOND) {  // weights dW_c/dx . v: no such identity, every corner is summed
+            const BoundSink::Level s{&sum};
+            row_contributions<D, F, true>(a, a.levels[level], level, row, rows, x + row * x_stride,
+                                          v + row * v_stride, gv, s);
+        } else {
+            sum = first_order_row_bound<D, F>(a, a.levels[level], x + row * x_stride, gv);
+        }
         atomicMax(&block_max, __float_as_uint(fabsf(sum)));
     }
     __syncthreads();
