@@ -68,7 +68,16 @@ def wmma_counts(objdump, code_object):
 def short_name(demangled):
     """tnn::ffm::gfx12::fully_fused_mlp_gfx12_forward_kernel<__half, 64>(tnn::ffm::KernelArgs) ->
     fully_fused_mlp_gfx12_forward_kernel<__half, 64>"""
-    s = re.sub(r"\(.*\)$", "", demangled)  # drop the parameter list
+    s = demangled.strip()
+    if s.endswith(")"):  # drop the parameter list: the parenthesis that closes at the end, matched
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(s[i], 0)
+            if depth == 0:
+                s = s[:i]
+                break
+    if s.startswith("void "):  # kernels return void; the demangler writes it for templates
+        s = s[len("void "):]
     depth, cut = 0, 0
     for i, ch in enumerate(s):  # last '::' outside template brackets
         if ch == "<":
