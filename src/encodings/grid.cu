@@ -137,6 +137,9 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     const uint32_t F = desc.n_features;
     const gpu_stream_t s = c.stream;
 
+    // First-order Nearest and stochastic rows feed one corner per level: per-corner threads would idle.
+    const bool one_corner =
+        !second && (desc.interpolation == grid::Interpolation::Nearest || desc.stochastic_interpolation);
     if (!(desc.deterministic || tnn::deterministic())) {
         // fp32 atomics: straight into an fp32 gradient, else into fp32 scratch converted at the end.
         const bool direct = desc.dtype == DType::f32;
@@ -153,7 +156,8 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
                                   plan.shared_bytes, g.data, g.stride, acc);
         const Variant var = variant();
         const FloatSink sink{acc, var.vector_atomics != 0};
-        if (var.fast_mapping == 0)
+        // Automatic: a thread per (row, level, corner), or per (row, level) when one corner receives all.
+        if (var.fast_mapping == 0 || (var.fast_mapping < 0 && one_corner))
             L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, sink);
         else
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, sink);
@@ -186,9 +190,10 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     // Integer reductions have no vector form: threads per feature (and corner) put an entry's words on
     // consecutive lanes, which leave as one request per 32-byte sector.
     // Automatic: a thread per feature when F > 1 (measured fastest on the H200: 2.78 ms against 2.97 ms
-    // per (corner, feature) and 3.59 ms per (row, level), main row at 2^20), per corner when F = 1.
+    // per (corner, feature) and 3.59 ms per (row, level), main row at 2^20), per corner when F = 1
+    // (per row when one corner receives all).
     int mapping = variant().det_mapping;
-    if (mapping < 0) mapping = F > 1 ? 1 : 2;
+    if (mapping < 0) mapping = F > 1 ? 1 : one_corner ? 0 : 2;
     if (mapping == 2) {
         if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, acc,
                                         exponents))  // 2^D * F > kThreads: one thread per feature
