@@ -98,7 +98,6 @@ def main():
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     build = os.path.abspath(args.build)
-    src_root = cache_value(build, "CMAKE_HOME_DIRECTORY") or os.getcwd()
     clang = cache_value(build, "TNN_HIP_CLANG")
     if not clang:
         sys.exit(f"isa_audit: {build} is not a TNN_HIP=ON build")
