@@ -154,21 +154,21 @@ Tensor Tensor::to(Device device, const Stream& stream) const {
     return out;
 }
 
-std::vector<float> Tensor::to_float_vector() const {
-    Tensor host = device().is_cpu() ? Tensor() : to(Device::cpu());
-    const Tensor& src = device().is_cpu() ? *this : host;
-    Tensor f(m_rows, m_cols, DType::f32);
-    convert(Stream::cpu(), src.view(), f.view());
-    return std::vector<float>(f.ptr<float>(), f.ptr<float>() + numel());
+namespace {
+
+// A host copy of t converted to T (float or double).
+template <typename T> std::vector<T> host_vector(const Tensor& t) {
+    Tensor host = t.device().is_cpu() ? Tensor() : t.to(Device::cpu());
+    const Tensor& src = t.device().is_cpu() ? t : host;
+    std::vector<T> out(static_cast<size_t>(t.numel()));
+    convert(Stream::cpu(), src.view(), View(out.data(), dtype_of<T>::value, Device::cpu(), t.rows(), t.cols()));
+    return out;
 }
 
-std::vector<double> Tensor::to_double_vector() const {
-    Tensor host = device().is_cpu() ? Tensor() : to(Device::cpu());
-    const Tensor& src = device().is_cpu() ? *this : host;
-    Tensor f(m_rows, m_cols, DType::f64);
-    convert(Stream::cpu(), src.view(), f.view());
-    return std::vector<double>(f.ptr<double>(), f.ptr<double>() + numel());
-}
+}  // namespace
+
+std::vector<float> Tensor::to_float_vector() const { return host_vector<float>(*this); }
+std::vector<double> Tensor::to_double_vector() const { return host_vector<double>(*this); }
 
 void copy_bytes(const Stream& stream, void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
     if (bytes == 0) return;
@@ -193,12 +193,7 @@ void check_same_shape(const char* what, ConstView a, ConstView b) {
 template <typename S, typename D> void convert_cpu_typed(ConstView src, View dst) {
     parallel_for(src.rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, src.cols)), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r)
-            for (int64_t c = 0; c < src.cols; ++c) {
-                if constexpr (std::is_same_v<D, double>)
-                    dst.at<D>(r, c) = static_cast<double>(static_cast<acc_t<S>>(src.at<S>(r, c)));
-                else
-                    dst.at<D>(r, c) = D(static_cast<acc_t<S>>(src.at<S>(r, c)));
-            }
+            for (int64_t c = 0; c < src.cols; ++c) dst.at<D>(r, c) = D(static_cast<acc_t<S>>(src.at<S>(r, c)));
     });
 }
 
