@@ -46,7 +46,7 @@ public:
     [[noreturn]] void fail(const char* key, const std::string& what) const;
 
 private:
-    const json& value(const char* key);
+    const json* find(const char* key);  // records key as known; nullptr when absent
     const json& m_cfg;
     std::string m_where;
     std::vector<std::string> m_known;

@@ -41,17 +41,16 @@ void ConfigReader::fail(const char* key, const std::string& what) const {
     throw ConfigError(msg(m_where, ": key '", key, "' ", what));
 }
 
-const json& ConfigReader::value(const char* key) {
+const json* ConfigReader::find(const char* key) {
     m_known.push_back(key);
-    return m_cfg.at(key);
+    const auto it = m_cfg.find(key);
+    return it == m_cfg.end() ? nullptr : &*it;
 }
 
 int64_t ConfigReader::get_int(const char* key, int64_t def, int64_t min, int64_t max) {
-    if (!m_cfg.contains(key)) {
-        m_known.push_back(key);
-        return def;
-    }
-    const json& v = value(key);
+    const json* found = find(key);
+    if (!found) return def;
+    const json& v = *found;
     int64_t r;
     if (v.is_number_integer()) {
         r = v.get<int64_t>();
@@ -70,11 +69,9 @@ uint32_t ConfigReader::get_uint(const char* key, uint32_t def, uint32_t min, uin
 }
 
 double ConfigReader::get_float(const char* key, double def, double min, double max) {
-    if (!m_cfg.contains(key)) {
-        m_known.push_back(key);
-        return def;
-    }
-    const json& v = value(key);
+    const json* found = find(key);
+    if (!found) return def;
+    const json& v = *found;
     if (!v.is_number()) fail(key, msg("must be a number, got ", v.dump()));
     const double r = v.get<double>();
     if (!std::isfinite(r)) fail(key, "must be finite");
@@ -89,21 +86,17 @@ double ConfigReader::get_float_exclusive_min(const char* key, double def, double
 }
 
 bool ConfigReader::get_bool(const char* key, bool def) {
-    if (!m_cfg.contains(key)) {
-        m_known.push_back(key);
-        return def;
-    }
-    const json& v = value(key);
+    const json* found = find(key);
+    if (!found) return def;
+    const json& v = *found;
     if (!v.is_boolean()) fail(key, msg("must be true or false, got ", v.dump()));
     return v.get<bool>();
 }
 
 std::string ConfigReader::get_string(const char* key, const std::string& def) {
-    if (!m_cfg.contains(key)) {
-        m_known.push_back(key);
-        return def;
-    }
-    const json& v = value(key);
+    const json* found = find(key);
+    if (!found) return def;
+    const json& v = *found;
     if (!v.is_string()) fail(key, msg("must be a string, got ", v.dump()));
     return v.get<std::string>();
 }
@@ -116,8 +109,9 @@ std::string ConfigReader::get_choice(const char* key, const std::string& def, co
 }
 
 const json& ConfigReader::get_json(const char* key) {
-    if (!m_cfg.contains(key)) fail(key, "is required");
-    return value(key);
+    const json* found = find(key);
+    if (!found) fail(key, "is required");
+    return *found;
 }
 
 void ConfigReader::finish() const {
