@@ -30,9 +30,19 @@ void check_view(const std::string& who, const char* arg, ConstView v, int64_t ro
 #endif  // TNN_WITH_GPU
 }
 
-void check_dtype(const std::string& who, const char* arg, DType got, DType want) {
-    if (got != want)
-        throw DTypeError(msg(who, ": ", arg, " must be ", dtype_name(want), ", got ", dtype_name(got)));
+// check_view, then the view's dtype.
+void check_view(const std::string& who, const char* arg, ConstView v, int64_t rows, int64_t cols, DType dtype,
+                Device device) {
+    check_view(who, arg, v, rows, cols, device);
+    if (v.dtype != dtype)
+        throw DTypeError(msg(who, ": ", arg, " must be ", dtype_name(dtype), ", got ", dtype_name(v.dtype)));
+}
+
+// The backward passes of an empty batch: it contributes nothing, but overwrite mode still means
+// "the gradient is zero".
+void zero_params_gradient(const Module& m, const Stream& stream, Device device, void* dL_dparams, GradMode mode) {
+    if (dL_dparams && mode == GradMode::overwrite && m.n_params() > 0)
+        fill(stream, View(dL_dparams, m.param_dtype(), device, 1, static_cast<int64_t>(m.n_params())), 0.0);
 }
 
 }  // namespace
@@ -58,10 +68,7 @@ void Module::check_io(const char* method, const Stream& stream, ConstView input,
     if (!accepts_input_dtype(input.dtype))
         throw DTypeError(msg(who, ": input must be ", dtype_name(input_dtype()), ", got ", dtype_name(input.dtype)));
     check_view(who, "input", input, input.rows, m_n_input_dims, dev);
-    if (output) {
-        check_view(who, "output", *output, input.rows, m_n_output_dims, dev);
-        check_dtype(who, "output", output->dtype, m_output_dtype);
-    }
+    if (output) check_view(who, "output", *output, input.rows, m_n_output_dims, m_output_dtype, dev);
     if (m_n_params > 0 && !params && input.rows > 0) throw ShapeError(msg(who, ": params is a null pointer"));
 #ifdef TNN_WITH_GPU
     if (dev.is_gpu() && m_n_params > 0 && input.rows > 0 && !gpu_bridge::is_device_pointer(params, dev.index))
@@ -89,18 +96,10 @@ void Module::backward(const Stream& stream, const Context& ctx, ConstView input,
                       GradMode mode) const {
     check_io("backward", stream, input, &output, params);
     const std::string who = msg(describe(), " backward");
-    check_view(who, "dL_doutput", dL_doutput, input.rows, m_n_output_dims, input.device);
-    check_dtype(who, "dL_doutput", dL_doutput.dtype, m_output_dtype);
-    if (dL_dinput) {
-        check_view(who, "dL_dinput", *dL_dinput, input.rows, m_n_input_dims, input.device);
-        check_dtype(who, "dL_dinput", dL_dinput->dtype, input.dtype);
-    }
+    check_view(who, "dL_doutput", dL_doutput, input.rows, m_n_output_dims, m_output_dtype, input.device);
+    if (dL_dinput) check_view(who, "dL_dinput", *dL_dinput, input.rows, m_n_input_dims, input.dtype, input.device);
     if (input.rows == 0) {
-        // An empty batch contributes nothing; overwrite mode still means "the gradient is zero".
-        if (dL_dparams && mode == GradMode::overwrite && m_n_params > 0) {
-            View g(dL_dparams, m_param_dtype, input.device, 1, static_cast<int64_t>(m_n_params));
-            fill(stream, g, 0.0);
-        }
+        zero_params_gradient(*this, stream, input.device, dL_dparams, mode);
         return;
     }
     backward_impl(stream, ctx, input, output, dL_doutput, dL_dinput, dL_dparams, params, mode);
@@ -114,23 +113,13 @@ void Module::backward_backward_input(const Stream& stream, const Context& ctx, C
                                    name()));
     check_io("backward_backward_input", stream, input, nullptr, params);
     const std::string who = msg(describe(), " backward_backward_input");
-    check_view(who, "dL_ddLdinput", dL_ddLdinput, input.rows, m_n_input_dims, input.device);
-    check_dtype(who, "dL_ddLdinput", dL_ddLdinput.dtype, input.dtype);
-    check_view(who, "dL_doutput", dL_doutput, input.rows, m_n_output_dims, input.device);
-    check_dtype(who, "dL_doutput", dL_doutput.dtype, m_output_dtype);
-    if (dL_ddLdoutput) {
-        check_view(who, "dL_ddLdoutput", *dL_ddLdoutput, input.rows, m_n_output_dims, input.device);
-        check_dtype(who, "dL_ddLdoutput", dL_ddLdoutput->dtype, m_output_dtype);
-    }
-    if (dL_dinput) {
-        check_view(who, "dL_dinput", *dL_dinput, input.rows, m_n_input_dims, input.device);
-        check_dtype(who, "dL_dinput", dL_dinput->dtype, input.dtype);
-    }
+    check_view(who, "dL_ddLdinput", dL_ddLdinput, input.rows, m_n_input_dims, input.dtype, input.device);
+    check_view(who, "dL_doutput", dL_doutput, input.rows, m_n_output_dims, m_output_dtype, input.device);
+    if (dL_ddLdoutput)
+        check_view(who, "dL_ddLdoutput", *dL_ddLdoutput, input.rows, m_n_output_dims, m_output_dtype, input.device);
+    if (dL_dinput) check_view(who, "dL_dinput", *dL_dinput, input.rows, m_n_input_dims, input.dtype, input.device);
     if (input.rows == 0) {
-        if (dL_dparams && mode == GradMode::overwrite && m_n_params > 0) {
-            View g(dL_dparams, m_param_dtype, input.device, 1, static_cast<int64_t>(m_n_params));
-            fill(stream, g, 0.0);
-        }
+        zero_params_gradient(*this, stream, input.device, dL_dparams, mode);
         return;
     }
     backward_backward_input_impl(stream, ctx, input, dL_ddLdinput, dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams,
