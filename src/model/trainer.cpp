@@ -81,8 +81,6 @@ json full_config(const Module& model, const Loss& loss, const Optimizer& opt) {
     return j;
 }
 
-DType target_dtype(const Module& m) { return m.param_dtype() == DType::f64 ? DType::f64 : DType::f32; }
-
 }  // namespace
 
 Trainer::Trainer(std::shared_ptr<Module> model, std::shared_ptr<Loss> loss, std::shared_ptr<Optimizer> optimizer,
@@ -102,8 +100,9 @@ Trainer::Trainer(std::shared_ptr<Module> model, std::shared_ptr<Loss> loss, std:
 
     std::vector<float> init(n);
     m_model->init_params(seed, init.data());
-    set_params(device.is_cpu() ? Stream::cpu() : Stream::gpu(nullptr, device.index), init.data());
-    if (device.is_gpu()) Stream::gpu(nullptr, device.index).synchronize();
+    const Stream stream = device.is_cpu() ? Stream::cpu() : Stream::gpu(nullptr, device.index);
+    set_params(stream, init.data());
+    stream.synchronize();
 }
 
 Trainer::Trainer(uint32_t n_input_dims, uint32_t n_output_dims, const json& config, Device device, uint64_t seed)
@@ -148,8 +147,9 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
     if (target.rows != input.rows || target.cols != m_model->n_output_dims())
         throw ShapeError(msg(who, ": target must be [", input.rows, ", ", m_model->n_output_dims(), "], got ",
                              describe(target)));
-    if (target.dtype != target_dtype(*m_model))
-        throw DTypeError(msg(who, ": target must be ", dtype_name(target_dtype(*m_model)), ", got ", dtype_name(target.dtype)));
+    // The loss takes targets in the dtype the model takes inputs in: fp32, fp64 for fp64 models.
+    if (target.dtype != m_model->input_dtype())
+        throw DTypeError(msg(who, ": target must be ", dtype_name(m_model->input_dtype()), ", got ", dtype_name(target.dtype)));
 
     Impl& s = *m_impl;
     const int64_t rows = input.rows, n_out = m_model->n_output_dims();
@@ -158,7 +158,7 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
         s.drop_graph();  // it holds the old per-step buffers
         s.output = Tensor(rows, n_out, m_model->output_dtype(), m_device);
         s.dL_doutput = Tensor(rows, n_out, m_model->output_dtype(), m_device);
-        s.loss_values = Tensor(rows, n_out, target_dtype(*m_model), m_device);
+        s.loss_values = Tensor(rows, n_out, m_model->input_dtype(), m_device);
     }
     if (!(m_device.is_gpu() && s.use_graphs && s.graph_step(*this, stream, input, target, data_pdf))) {
         s.forward_loss_backward(*this, stream, input, target, data_pdf);
