@@ -42,10 +42,8 @@ template <typename A> void store_f(View v, int64_t r, int64_t c, A x) {
     else v.at<float>(r, c) = static_cast<float>(x);
 }
 
-template <typename T> acc_t<T> to_acc(T x) { return static_cast<acc_t<T>>(static_cast<float>(x)); }
-template <> double to_acc<double>(double x) { return x; }
-template <typename T> T from_acc(acc_t<T> x) { return T(static_cast<float>(x)); }
-template <> double from_acc<double>(double x) { return x; }
+template <typename T> acc_t<T> to_acc(T x) { return static_cast<acc_t<T>>(x); }
+template <typename T> T from_acc(acc_t<T> x) { return T(x); }
 
 // The CPU reference: every element of row r needs only that row (the luminance reads the row's
 // first channels), so rows are split into fixed chunks and processed independently.

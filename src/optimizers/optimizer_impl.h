@@ -152,10 +152,8 @@ template <typename F> void dispatch_grad_weight(DType grad_dtype, DType weight_d
 }
 
 template <typename T> inline float to_float(T x) { return static_cast<float>(x); }
-template <> inline float to_float<double>(double x) { return static_cast<float>(x); }
 // The fp32 value a weight has after rounding to storage type T.
 template <typename T> inline T from_float(float x) { return T(x); }
-template <> inline double from_float<double>(float x) { return static_cast<double>(x); }
 template <typename T> inline float round_through(float x) { return to_float(from_float<T>(x)); }
 
 // Reads the n weights in weights_dtype at `weights` as fp32 into out (the "rounded copy" some wrappers average).
