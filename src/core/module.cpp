@@ -17,7 +17,16 @@ std::string Module::describe() const {
 
 namespace {
 
-void check_view(const std::string& who, const char* arg, ConstView v, int64_t rows, int64_t cols, Device device) {
+// The call named in messages ("HashGrid encoding (3 -> 32, float16) forward"), formatted only when a
+// message is built: every public call validates, and most calls pass.
+struct Who {
+    const Module& module;
+    const char* method;
+    operator std::string() const { return msg(*this); }
+};
+std::ostream& operator<<(std::ostream& os, const Who& w) { return os << w.module.describe() << " " << w.method; }
+
+void check_view(const Who& who, const char* arg, ConstView v, int64_t rows, int64_t cols, Device device) {
     if (v.rows != rows || v.cols != cols)
         throw ShapeError(msg(who, ": ", arg, " must be [", rows, ", ", cols, "], got ", describe(v)));
     if (v.stride < v.cols) throw ShapeError(msg(who, ": ", arg, " has stride ", v.stride, " < cols ", v.cols));
@@ -31,8 +40,7 @@ void check_view(const std::string& who, const char* arg, ConstView v, int64_t ro
 }
 
 // check_view, then the view's dtype.
-void check_view(const std::string& who, const char* arg, ConstView v, int64_t rows, int64_t cols, DType dtype,
-                Device device) {
+void check_view(const Who& who, const char* arg, ConstView v, int64_t rows, int64_t cols, DType dtype, Device device) {
     check_view(who, arg, v, rows, cols, device);
     if (v.dtype != dtype)
         throw DTypeError(msg(who, ": ", arg, " must be ", dtype_name(dtype), ", got ", dtype_name(v.dtype)));
@@ -49,7 +57,7 @@ void zero_params_gradient(const Module& m, const Stream& stream, Device device, 
 
 void Module::check_io(const char* method, const Stream& stream, ConstView input, const ConstView* output,
                       const void* params) const {
-    const std::string who = msg(describe(), " ", method);
+    const Who who{*this, method};
     const Device dev = input.device;
     if (!supports_device(dev))
         throw UnsupportedError(msg(who, ": ", name(), " does not run on ", dev.str(), " with dtype ",
@@ -95,7 +103,7 @@ void Module::backward(const Stream& stream, const Context& ctx, ConstView input,
                       ConstView dL_doutput, View* dL_dinput, void* dL_dparams, const void* params,
                       GradMode mode) const {
     check_io("backward", stream, input, &output, params);
-    const std::string who = msg(describe(), " backward");
+    const Who who{*this, "backward"};
     check_view(who, "dL_doutput", dL_doutput, input.rows, m_n_output_dims, m_output_dtype, input.device);
     if (dL_dinput) check_view(who, "dL_dinput", *dL_dinput, input.rows, m_n_input_dims, input.dtype, input.device);
     if (input.rows == 0) {
@@ -112,7 +120,7 @@ void Module::backward_backward_input(const Stream& stream, const Context& ctx, C
         throw UnsupportedError(msg(describe(), ": second derivatives (backward_backward_input) are not supported by ",
                                    name()));
     check_io("backward_backward_input", stream, input, nullptr, params);
-    const std::string who = msg(describe(), " backward_backward_input");
+    const Who who{*this, "backward_backward_input"};
     check_view(who, "dL_ddLdinput", dL_ddLdinput, input.rows, m_n_input_dims, input.dtype, input.device);
     check_view(who, "dL_doutput", dL_doutput, input.rows, m_n_output_dims, m_output_dtype, input.device);
     if (dL_ddLdoutput)
