@@ -9,7 +9,6 @@
 #include "encodings/encoding_registry.h"
 #include "encodings/encodings_gpu.h"
 
-#include <algorithm>
 #include <numeric>
 #include <vector>
 
@@ -240,17 +239,7 @@ private:
 
     // dst[:, begin + c] += src[:, c] (input dtype; nested encodings may share input dimensions).
     static void add_columns(const Stream& stream, View dst, uint32_t begin, ConstView src) {
-        if (dst.device.is_gpu()) {
-            add(stream, src, dst.cols_slice(begin, src.cols));
-            return;
-        }
-        for (int64_t r = 0; r < src.rows; ++r)
-            for (int64_t c = 0; c < src.cols; ++c) {
-                if (dst.dtype == DType::f64)
-                    dst.at<double>(r, begin + c) += src.at<double>(r, c);
-                else
-                    dst.at<float>(r, begin + c) += src.at<float>(r, c);
-            }
+        add(stream, src, dst.cols_slice(begin, src.cols));
     }
 
     void backward_impl(const Stream& stream, const Context& ctx_in, ConstView in, ConstView out, ConstView dL_dout,
@@ -429,9 +418,7 @@ uint32_t read_dims_key(const json& entry, const char* key, const std::string& wh
 std::unique_ptr<Encoding> create_composite(uint32_t n_dims, DType dtype, ConfigReader& cfg) {
     const std::string where = cfg.where();
     const json& nested = cfg.get_json("nested");
-    const std::string reduction_name = cfg.get_choice("reduction", "Concatenation", reduction_names());
-    const auto reduction = static_cast<Reduction>(
-        std::find(reduction_names().begin(), reduction_names().end(), reduction_name) - reduction_names().begin());
+    const auto reduction = get_enum_choice<Reduction>(cfg, "reduction", "Concatenation", reduction_names());
     if (!nested.is_array() || nested.empty())
         cfg.fail("nested", msg("must be a non-empty array of encoding configs, got ", nested.dump()));
 
@@ -521,7 +508,7 @@ std::unique_ptr<Encoding> create_composite(uint32_t n_dims, DType dtype, ConfigR
             if (p.padded_width != parts[0].padded_width) {
                 std::vector<std::string> widths;
                 for (const Nested& q : parts) widths.push_back(msg(q.encoding->name(), " ", q.width()));
-                throw ConfigError(msg(where, ": reduction '", reduction_name,
+                throw ConfigError(msg(where, ": reduction '", reduction_names()[static_cast<size_t>(reduction)],
                                       "' needs nested outputs of one width, got ", join(widths),
                                       " (padded to multiples of ", align, ")"));
             }
