@@ -4,6 +4,7 @@
 
 #include <tnn/encoding.h>
 
+#include <algorithm>
 #include <functional>
 
 namespace tnn {
@@ -23,6 +24,14 @@ void register_spherical_harmonics_encoding(Registry<EncodingFactory>& r);
 void register_empty_encoding(Registry<EncodingFactory>& r);
 void register_grid_encodings(Registry<EncodingFactory>& r);       // Grid, HashGrid, DenseGrid, TiledGrid
 void register_composite_encodings(Registry<EncodingFactory>& r);  // Composite, NRC, OneBlobFrequency
+
+// A case-insensitive choice among `names` (see ConfigReader::get_choice) as the enum E whose
+// values number those names in order.
+template <typename E>
+E get_enum_choice(ConfigReader& cfg, const char* key, const std::string& def, const std::vector<std::string>& names) {
+    const std::string name = cfg.get_choice(key, def, names);
+    return static_cast<E>(std::find(names.begin(), names.end(), name) - names.begin());
+}
 
 // tcnn's required_output_alignment: inside a concatenating Composite, each nested output starts at
 // a multiple of the next encoding's alignment (the lanes in between are padding). Grids need their

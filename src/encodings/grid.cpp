@@ -483,11 +483,8 @@ std::unique_ptr<Encoding> create_grid(const std::string& otype, uint32_t n_dims,
                                        : 1.0f;
     o.per_level_scale = static_cast<float>(cfg.get_float_exclusive_min("per_level_scale", default_scale, 0.0, 1e30));
 
-    const std::string interp = cfg.get_choice("interpolation", "Linear", interpolation_names());
-    o.interpolation = static_cast<Interpolation>(
-        std::find(interpolation_names().begin(), interpolation_names().end(), interp) - interpolation_names().begin());
-    const std::string hash = cfg.get_choice("hash", "CoherentPrime", hash_names());
-    o.hash = static_cast<HashType>(std::find(hash_names().begin(), hash_names().end(), hash) - hash_names().begin());
+    o.interpolation = get_enum_choice<Interpolation>(cfg, "interpolation", "Linear", interpolation_names());
+    o.hash = get_enum_choice<HashType>(cfg, "hash", "CoherentPrime", hash_names());
     o.stochastic_interpolation = cfg.get_bool("stochastic_interpolation", false);
     o.deterministic = cfg.get_bool("deterministic", false);
     if (cfg.get_bool("fixed_point_pos", false))
