@@ -73,8 +73,10 @@ void Network::init_params(Pcg32& rng, float* params) const {
 
 const Registry<NetworkFactory>& network_registry() {
     static const Registry<NetworkFactory> registry = [] {
-        Registry<NetworkFactory> r("network");
-        register_networks(r);
+        Registry<NetworkFactory> r("network");  // in the order error messages name them
+        register_portable_mlp(r);
+        register_blaslt_mlp(r);
+        register_fully_fused_mlp(r);
         const std::string alternatives = "use PortableMLP (any device), BlasLtMLP (GPU, any width) or FullyFusedMLP "
                                          "(GPU tensor cores); tiny-rdna4-nn never substitutes one backend for another";
         r.reject("CutlassMLP", "tiny-rdna4-nn has no CUTLASS backend; " + alternatives);

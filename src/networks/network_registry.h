@@ -16,9 +16,7 @@ struct NetworkFactory {
     std::function<std::unique_ptr<Network>(const MlpLayout&, DType dtype, DType output_dtype, ConfigReader&)> create;
 };
 
-// Adds every compiled network backend (portable_mlp.cpp, blaslt_mlp.cpp, fully_fused_mlp.cpp).
-void register_networks(Registry<NetworkFactory>& registry);
-
+// One registration function per backend file; network.cpp lists them.
 void register_portable_mlp(Registry<NetworkFactory>& registry);
 void register_blaslt_mlp(Registry<NetworkFactory>& registry);
 void register_fully_fused_mlp(Registry<NetworkFactory>& registry);
