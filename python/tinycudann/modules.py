@@ -101,9 +101,37 @@ class _Native:
     def params_for_call(self, params):
         return params.to(self.param_dtype).contiguous()
 
+    def empty_output(self, x):
+        return torch.empty((x.shape[0], self.n_output_dims), dtype=self.output_dtype, device=x.device)
+
+    def empty_gradients(self, x, need_input, need_params):
+        """(dL_dx, dL_dparams) buffers for the C++ call; None where not needed."""
+        dL_dinput = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_input else None
+        dL_dparams = torch.empty(self.n_params, dtype=self.param_dtype, device=x.device) if need_params else None
+        return dL_dinput, dL_dparams
+
+
+# Loss scaling as tcnn: fp16 gradients are computed for 128 * dL_dy so that small values stay normal
+# numbers, then unscaled -- the parameter gradient in fp32, after leaving fp16.
+def _scaled_output_gradient(native, dL_doutput, scale):
+    scaled = dL_doutput.to(native.output_dtype)
+    if scale != 1.0:
+        scaled = scaled * scale
+    return scaled.contiguous()
+
+
+def _unscaled_gradients(dL_dinput, dL_dparams, params, scale):
+    if dL_dinput is not None and scale != 1.0:
+        dL_dinput.div_(scale)
+    if dL_dparams is not None:
+        dL_dparams = dL_dparams.to(params.dtype)
+        if scale != 1.0:
+            dL_dparams.div_(scale)
+    return dL_dinput, dL_dparams
+
 
 def _inference(native, x, params):
-    output = torch.empty((x.shape[0], native.n_output_dims), dtype=native.output_dtype, device=x.device)
+    output = native.empty_output(x)
     params_native = native.params_for_call(params.detach())
     device, stream = _where(x)
     native.module.inference(
@@ -119,7 +147,7 @@ class _ModuleFunction(torch.autograd.Function):
     def forward(ctx, native, loss_scale, x, params):
         ctx.set_materialize_grads(False)
         params_native = native.params_for_call(params)
-        output = torch.empty((x.shape[0], native.n_output_dims), dtype=native.output_dtype, device=x.device)
+        output = native.empty_output(x)
         device, stream = _where(x)
         ctx.native_ctx = native.module.forward(
             device, stream, x.shape[0], x.data_ptr(), native.input_dtype_name, output.data_ptr(),
@@ -154,28 +182,14 @@ class _BackwardFunction(torch.autograd.Function):
     def forward(ctx, fwd, dL_doutput, x, params, output):
         ctx.set_materialize_grads(False)
         native, scale = fwd.native, fwd.loss_scale
-        need_input, need_params = fwd.needs_input_grad[2], fwd.needs_input_grad[3]
-        # Loss scaling as tcnn: fp16 gradients are computed for 128 * dL_dy so that small values stay
-        # normal numbers, then unscaled -- the parameter gradient in fp32, after leaving fp16.
-        scaled = dL_doutput.to(native.output_dtype)
-        if scale != 1.0:
-            scaled = scaled * scale
-        scaled = scaled.contiguous()
-        dL_dinput = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_input else None
-        dL_dparams = (
-            torch.empty(native.n_params, dtype=native.param_dtype, device=x.device) if need_params else None
-        )
+        scaled = _scaled_output_gradient(native, dL_doutput, scale)
+        dL_dinput, dL_dparams = native.empty_gradients(x, fwd.needs_input_grad[2], fwd.needs_input_grad[3])
         device, stream = _where(x)
         native.module.backward(
             fwd.native_ctx, device, stream, x.shape[0], x.data_ptr(), native.input_dtype_name, output.data_ptr(),
             scaled.data_ptr(), _address(dL_dinput), _address(dL_dparams), fwd.params_native.data_ptr(), False,
         )
-        if dL_dinput is not None and scale != 1.0:
-            dL_dinput.div_(scale)
-        if dL_dparams is not None:
-            dL_dparams = dL_dparams.to(params.dtype)
-            if scale != 1.0:
-                dL_dparams.div_(scale)
+        dL_dinput, dL_dparams = _unscaled_gradients(dL_dinput, dL_dparams, params, scale)
         ctx.fwd = fwd
         ctx.save_for_backward(x, params, dL_doutput)
         return dL_dinput, dL_dparams
@@ -199,18 +213,9 @@ class _BackwardFunction(torch.autograd.Function):
         probe = dL_ddLdinput.to(x.dtype).contiguous()
         # dL_dx is linear in dL_dy: d(dL_dx)/d(dL_dy) needs no scaling; the terms that are linear in
         # dL_dy (parameter and input parts) are computed with the scaled dL_dy and unscaled after.
-        scaled = dL_doutput.to(native.output_dtype)
-        if scale != 1.0:
-            scaled = scaled * scale
-        scaled = scaled.contiguous()
-        dL_ddLdoutput = (
-            torch.empty((x.shape[0], native.n_output_dims), dtype=native.output_dtype, device=x.device)
-            if need_doutput else None
-        )
-        dL_dinput = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_input else None
-        dL_dparams = (
-            torch.empty(native.n_params, dtype=native.param_dtype, device=x.device) if need_params else None
-        )
+        scaled = _scaled_output_gradient(native, dL_doutput, scale)
+        dL_ddLdoutput = native.empty_output(x) if need_doutput else None
+        dL_dinput, dL_dparams = native.empty_gradients(x, need_input, need_params)
         device, stream = _where(x)
         native.module.backward_backward_input(
             fwd.native_ctx, device, stream, x.shape[0], x.data_ptr(), native.input_dtype_name, probe.data_ptr(),
@@ -219,12 +224,7 @@ class _BackwardFunction(torch.autograd.Function):
         )
         if dL_ddLdoutput is not None:
             dL_ddLdoutput = dL_ddLdoutput.to(dL_doutput.dtype)
-        if dL_dinput is not None and scale != 1.0:
-            dL_dinput.div_(scale)
-        if dL_dparams is not None:
-            dL_dparams = dL_dparams.to(params.dtype)
-            if scale != 1.0:
-                dL_dparams.div_(scale)
+        dL_dinput, dL_dparams = _unscaled_gradients(dL_dinput, dL_dparams, params, scale)
         return None, dL_ddLdoutput, dL_dinput, dL_dparams, None
 
 
