@@ -142,9 +142,8 @@ private:
 // Library warnings (unknown config keys, ...) become Python UserWarnings, so `warnings` filters and
 // pytest see them. A filter that turns warnings into errors raises from the call that warned.
 void forward_log_to_python(tnn::LogLevel level, const std::string& message) {
-    if (!Py_IsInitialized()) return;
+    if (level == tnn::LogLevel::info || !Py_IsInitialized()) return;
     py::gil_scoped_acquire gil;
-    if (level == tnn::LogLevel::info) return;
     if (PyErr_WarnEx(PyExc_UserWarning, ("tinycudann: " + message).c_str(), 1) != 0) throw py::error_already_set();
 }
 
