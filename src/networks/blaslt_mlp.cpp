@@ -66,7 +66,8 @@ public:
         if (m_tf32) j["tf32"] = true;
         return j;
     }
-    // True for the CPU too: such calls reach the module and fail with a message naming PortableMLP.
+    // supports_device stays Module's (true for the CPU too): such calls reach the module and fail
+    // with a message naming PortableMLP.
 
 private:
     void require_gpu(Device d) const {
