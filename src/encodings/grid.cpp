@@ -159,23 +159,21 @@ private:
                                           bool) const override {
         auto ctx = std::make_unique<GridContext>();
         ctx->max_level = m_max_level.load();
-        if (in.device.is_gpu()) {
-            forward_gpu(stream, in, out, params, ctx->max_level);
-            return ctx;
-        }
-        with_type([&](auto t) {
-            forward_cpu<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), ctx->max_level);
-        });
+        run_forward(stream, in, out, params, ctx->max_level);
         return ctx;
     }
 
     void inference_impl(const Stream& stream, ConstView in, View out, const void* params) const override {
+        run_forward(stream, in, out, params, m_max_level.load());
+    }
+
+    void run_forward(const Stream& stream, ConstView in, View out, const void* params, float max_level) const {
         if (in.device.is_gpu()) {
-            forward_gpu(stream, in, out, params, m_max_level.load());
+            forward_gpu(stream, in, out, params, max_level);
             return;
         }
         with_type([&](auto t) {
-            forward_cpu<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), m_max_level.load());
+            forward_cpu<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), max_level);
         });
     }
 
