@@ -527,8 +527,8 @@ void register_composite_encodings(Registry<EncodingFactory>& r) {
     // the rest passed through (Identity).
     for (const char* otype : {"NRC", "OneBlobFrequency"})
         r.add(otype, [](uint32_t n_dims, DType dtype, ConfigReader& cfg) {
-            const uint32_t n_frequencies = cfg.get_uint("n_frequencies", 12, 0, 64);
-            const uint32_t n_bins = cfg.get_uint("n_bins", 4, 1, 1u << 16);
+            const uint32_t n_frequencies = cfg.get_uint("n_frequencies", 12, 0, kMaxFrequencies);
+            const uint32_t n_bins = cfg.get_uint("n_bins", 4, 1, kMaxOneBlobBins);
             if (n_dims < 8)
                 throw ConfigError(msg(cfg.where(),
                                       ": needs at least 8 input dims (3 TriangleWave-encoded, 5 "

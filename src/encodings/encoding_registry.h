@@ -25,6 +25,13 @@ void register_empty_encoding(Registry<EncodingFactory>& r);
 void register_grid_encodings(Registry<EncodingFactory>& r);       // Grid, HashGrid, DenseGrid, TiledGrid
 void register_composite_encodings(Registry<EncodingFactory>& r);  // Composite, NRC, OneBlobFrequency
 
+// Config limits of the per-dimension encodings, shared with the NRC preset that nests them.
+// Frequency, TriangleWave: beyond 2^63 pi (the triangle phase: 2^64) the lanes of an fp32 input are
+// noise; 64 frequencies is far past any useful value.
+constexpr uint32_t kMaxFrequencies = 64;
+// OneBlob: tcnn's kernels place one bin per lane of a power-of-two sub-warp; 2^16 bins is a generous cap.
+constexpr uint32_t kMaxOneBlobBins = 1u << 16;
+
 // A case-insensitive choice among `names` (see ConfigReader::get_choice) as the enum E whose
 // values number those names in order.
 template <typename E>

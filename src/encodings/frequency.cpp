@@ -29,9 +29,6 @@ struct FrequencyLanes {
 
 }  // namespace
 
-// Beyond 2^63 pi the lanes of an fp32 input are noise; 64 frequencies is far past any useful value.
-constexpr uint32_t kMaxFrequencies = 64;
-
 void register_frequency_encoding(Registry<EncodingFactory>& r) {
     r.add("Frequency", [](uint32_t n_dims, DType dtype, ConfigReader& cfg) {
         FrequencyLanes lanes{cfg.get_uint("n_frequencies", 12, 0, kMaxFrequencies)};

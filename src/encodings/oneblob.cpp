@@ -27,16 +27,13 @@ struct OneBlobLanes {
     }
 };
 
-// tcnn's kernels place one bin per lane of a power-of-two sub-warp; 2^16 bins is a generous cap.
-constexpr uint32_t kMaxBins = 1u << 16;
-
 }  // namespace
 
 void register_oneblob_encoding(Registry<EncodingFactory>& r) {
     r.add("OneBlob", [](uint32_t n_dims, DType dtype, ConfigReader& cfg) {
-        const uint32_t n_bins = cfg.get_uint("n_bins", 16, 1, kMaxBins);
+        const uint32_t n_bins = cfg.get_uint("n_bins", 16, 1, kMaxOneBlobBins);
         if ((n_bins & (n_bins - 1)) != 0)
-            cfg.fail("n_bins", msg("must be a power of two (1, 2, 4, ..., ", kMaxBins, "), got ", n_bins));
+            cfg.fail("n_bins", msg("must be a power of two (1, 2, 4, ..., ", kMaxOneBlobBins, "), got ", n_bins));
         uint32_t log2_bins = 0;
         while ((1u << log2_bins) < n_bins) ++log2_bins;
         return std::unique_ptr<Encoding>(

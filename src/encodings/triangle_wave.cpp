@@ -31,8 +31,7 @@ struct TriangleWaveLanes {
 
 void register_triangle_wave_encoding(Registry<EncodingFactory>& r) {
     r.add("TriangleWave", [](uint32_t n_dims, DType dtype, ConfigReader& cfg) {
-        // Past 2^64 the phase of an fp32 input is lost; 64 is far beyond any useful value.
-        TriangleWaveLanes lanes{cfg.get_uint("n_frequencies", 12, 0, 64)};
+        TriangleWaveLanes lanes{cfg.get_uint("n_frequencies", 12, 0, kMaxFrequencies)};
         return std::unique_ptr<Encoding>(new PerDimEncoding<TriangleWaveLanes>(n_dims, dtype, lanes));
     });
 }
