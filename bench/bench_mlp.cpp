@@ -3,7 +3,9 @@
 // timed with events (median of rounds), plus the small-batch latency of 64->64->64 and a sweep of
 // warps per block. Writes one JSON; bench_mlp_report.py adds the floors and the baselines.
 //
-//   bench_mlp --out FILE.json [--rounds 5] [--round_ms 20] [--batch_log2 21] [--quick]
+//   bench_mlp --out FILE.json [--rounds 5] [--round_ms 20] [--batch_log2 21] [--quick] [--only LABEL]
+//
+// --only LABEL runs just the rows whose label contains LABEL (e.g. "32->64->16"), for profilers.
 //
 // A training step is forward (with context) + L2 loss + backward (dL/dparams) + Adam when the
 // library has GPU kernels for the loss and the optimizer; without them it is forward + backward
@@ -41,6 +43,7 @@ struct Options {
     double round_ms = 20.0;
     int batch_log2 = 21;
     bool quick = false;
+    std::string only;  // run only the shapes whose label contains this
 };
 
 Options parse(int argc, char** argv) {
@@ -59,8 +62,10 @@ Options parse(int argc, char** argv) {
         else if (a == "--round_ms") o.round_ms = std::stod(next());
         else if (a == "--batch_log2") o.batch_log2 = std::stoi(next());
         else if (a == "--quick") o.quick = true;
+        else if (a == "--only") o.only = next();
         else {
-            std::cerr << "usage: bench_mlp --out FILE.json [--rounds 5] [--round_ms 20] [--batch_log2 21] [--quick]\n";
+            std::cerr << "usage: bench_mlp --out FILE.json [--rounds 5] [--round_ms 20] [--batch_log2 21] [--quick]"
+                         " [--only LABEL]\n";
             std::exit(2);
         }
     }
@@ -165,6 +170,7 @@ json net_config(const Shape& sh) {
 // One shape at one batch size: its network, tensors, and timed passes appended to `results`.
 void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const Options& o, const Stream& s,
                  json& results, const std::vector<ffm::PlanOverride>& overrides, bool train = true) {
+    if (!o.only.empty() && label.find(o.only) == std::string::npos) return;
     const Device dev = s.device();
     auto net = create_network(sh.n_in, sh.n_out, net_config(sh));
     std::vector<float> p32(net->n_params());

@@ -12,6 +12,9 @@
 # script plans for), SKIP_TESTS=1, SKIP_TORCH=1, QUICK=1 (no variant sweep), TORCH_FROM=FILE (reuse a
 # bench_mlp_torch.json measured earlier on the same device instead of running PyTorch, e.g.
 # bench/results/2026-11-29-h200/bench_mlp_torch.json, when the device time is short).
+# NCU_SHAPES="32->64->16;64->64->64" also profiles the first inference (forward) and backward kernel of
+# each shape at the benchmark batch with Nsight Compute (--set full, clocks left alone) into
+# $OUT/ncu_*.txt (details and per-SASS-line stall samples); SKIP_BENCH=1 then skips the timings.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-$PWD/out/mlp_bench}
@@ -110,11 +113,34 @@ target_link_libraries(bench_mlp PRIVATE "$BUILD/libtnn.a" nlohmann_json::nlohman
 EOF
 if cmake -S "$BUILD/bench_mlp_build" -B "$BUILD/bench_mlp_build/out" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       >>"$OUT/build.log" 2>&1 && cmake --build "$BUILD/bench_mlp_build/out" >>"$OUT/build.log" 2>&1; then
+  bench_bin="$BUILD/bench_mlp_build/out/bench_mlp"
+  if [ -n "${NCU_SHAPES:-}" ]; then
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+    IFS=';' read -r -a ncu_shapes <<<"$NCU_SHAPES"
+    for shape in "${ncu_shapes[@]}"; do
+      for kernel in forward backward; do
+        tag="ncu_$(echo "$shape" | tr -c '0-9a-z' '_')_$kernel"
+        echo "== ncu: $shape $kernel ($(elapsed) s so far)"
+        timeout 120 "$NCU" --clock-control none -k "regex:fully_fused_mlp_${kernel}" -c 1 --set full \
+          --import-source no -f -o "$OUT/$tag" "$bench_bin" --out /tmp/ncu_bench.json --only "$shape" \
+          --rounds 1 --round_ms 1 --quick >"$OUT/$tag.log" 2>&1 || echo "ncu exit $? (see $tag.log)"
+        if [ -s "$OUT/$tag.ncu-rep" ]; then
+          "$NCU" -i "$OUT/$tag.ncu-rep" --page details >"$OUT/$tag.txt" 2>&1
+          "$NCU" -i "$OUT/$tag.ncu-rep" --page source --csv --print-source sass >"$OUT/${tag}_sass.csv" 2>&1
+          summary+=("$(printf '%-16s ok       %s' "ncu" "$tag")")
+        else
+          summary+=("$(printf '%-16s FAILED   %s (see %s.log)' "ncu" "$tag" "$tag")")
+        fi
+      done
+    done
+  fi
   echo "== benchmark: FullyFusedMLP ($(elapsed) s so far)"
   quick=""
   [ "${QUICK:-0}" = 1 ] && quick="--quick"
-  timeout 150 "$BUILD/bench_mlp_build/out/bench_mlp" --out "$OUT/bench_mlp.json" $quick 2>&1 | tee "$OUT/bench_mlp.log"
-  if [ -s "$OUT/bench_mlp.json" ]; then
+  [ "${SKIP_BENCH:-0}" = 1 ] || timeout 150 "$bench_bin" --out "$OUT/bench_mlp.json" $quick 2>&1 | tee "$OUT/bench_mlp.log"
+  if [ "${SKIP_BENCH:-0}" = 1 ]; then
+    summary+=("bench            skipped  (SKIP_BENCH=1)")
+  elif [ -s "$OUT/bench_mlp.json" ]; then
     summary+=("bench            ok       $(grep -c ' ms ' "$OUT/bench_mlp.log") timings ($(elapsed) s so far)")
   else
     status=1
@@ -147,5 +173,5 @@ fi
 echo "== summary ($(elapsed) s)"
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
 echo "== report ($OUT/bench_mlp_report.md has the warps sweep too)"
-python3 bench/bench_mlp_report.py "$OUT" | tee "$OUT/report.log"
+[ -s "$OUT/bench_mlp.json" ] && python3 bench/bench_mlp_report.py "$OUT" | tee "$OUT/report.log"
 exit $status
