@@ -15,6 +15,8 @@
 # NCU_SHAPES="32->64->16;64->64->64" also profiles the first inference (forward) and backward kernel of
 # each shape at the benchmark batch with Nsight Compute (--set full, clocks left alone) into
 # $OUT/ncu_*.txt (details and per-SASS-line stall samples); SKIP_BENCH=1 then skips the timings.
+# EXTRA_CMAKE_FLAGS go to the configure step (e.g. "-DCMAKE_CUDA_FLAGS=-lineinfo", which lets the
+# profile attribute samples to source lines: $OUT/ncu_*_source.csv).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-$PWD/out/mlp_bench}
@@ -61,8 +63,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format
 
 echo "== build ($BUILD, sm_$CUDA_ARCH, $JOBS jobs)"
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTNN_CUDA=ON -DTNN_CUDA_ARCHITECTURES="$CUDA_ARCH" \
-      -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=OFF >"$OUT/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j "$JOBS" --target tnn tnn_tests tnn_gpu_tests >>"$OUT/build.log" 2>&1; then
+      -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=OFF ${EXTRA_CMAKE_FLAGS:-} >"$OUT/build.log" 2>&1 &&
+   cmake --build "$BUILD" -j "$JOBS" --target tnn $([ "${SKIP_TESTS:-0}" = 1 ] || echo tnn_tests tnn_gpu_tests) \
+     >>"$OUT/build.log" 2>&1; then
   summary+=("build            ok       $(elapsed) s")
 else
   tail -n 60 "$OUT/build.log"
@@ -122,11 +125,12 @@ if cmake -S "$BUILD/bench_mlp_build" -B "$BUILD/bench_mlp_build/out" -G Ninja -D
         tag="ncu_$(echo "$shape" | tr -c '0-9a-z' '_')_$kernel"
         echo "== ncu: $shape $kernel ($(elapsed) s so far)"
         timeout 120 "$NCU" --clock-control none -k "regex:fully_fused_mlp_${kernel}" -c 1 --set full \
-          --import-source no -f -o "$OUT/$tag" "$bench_bin" --out /tmp/ncu_bench.json --only "$shape" \
+          --import-source yes -f -o "$OUT/$tag" "$bench_bin" --out /tmp/ncu_bench.json --only "$shape" \
           --rounds 1 --round_ms 1 --quick >"$OUT/$tag.log" 2>&1 || echo "ncu exit $? (see $tag.log)"
         if [ -s "$OUT/$tag.ncu-rep" ]; then
           "$NCU" -i "$OUT/$tag.ncu-rep" --page details >"$OUT/$tag.txt" 2>&1
           "$NCU" -i "$OUT/$tag.ncu-rep" --page source --csv --print-source sass >"$OUT/${tag}_sass.csv" 2>&1
+          "$NCU" -i "$OUT/$tag.ncu-rep" --page source --csv --print-source cuda >"$OUT/${tag}_source.csv" 2>&1
           summary+=("$(printf '%-16s ok       %s' "ncu" "$tag")")
         else
           summary+=("$(printf '%-16s FAILED   %s (see %s.log)' "ncu" "$tag" "$tag")")
