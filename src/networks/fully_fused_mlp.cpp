@@ -108,6 +108,8 @@ BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activat
     p.raw_stride = static_cast<int>(align16(int64_t(s.n_in) * in_bytes));
     p.dy_stride = static_cast<int>(align16_odd(int64_t(s.n_out) * dy_bytes));
     p.x_stride = s.pin + 8;
+    // The backward kernel indexes the stash tiles and the hidden layers' dz tiles with the
+    // compile-time pitch W + 8 (= act_stride); only the top layer's dz (pout columns) uses dz_stride.
     p.act_stride = s.width + 8;
     p.dz_stride = std::max(s.width, s.pout) + 8;
     p.n_stashes = derivative_from_output(act) ? 1 : 2;

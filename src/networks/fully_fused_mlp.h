@@ -98,6 +98,35 @@ struct GridWalk {
     }
 };
 
+// GridWalk that also keeps the byte offsets of the element in two row-major arrays in step
+// (offset = r * pitch + c * element bytes in each), so a copy loop adds precomputed increments per
+// element instead of multiplying out row * pitch (a 64-bit multiply for global pitches). OA / OB:
+// int64_t for global memory, int for shared memory.
+template <typename OA, typename OB> struct GridWalk2 : GridWalk {
+    OA a, a_step, a_wrap;
+    OB b, b_step, b_wrap;
+    TNN_HD GridWalk2(int lane, int cols_, OA a_pitch, int a_elem, OB b_pitch, int b_elem) : GridWalk(lane, cols_) {
+        a = OA(r) * a_pitch + OA(c) * a_elem;
+        b = OB(r) * b_pitch + OB(c) * b_elem;
+        a_step = OA(dr) * a_pitch + OA(dc) * a_elem;
+        b_step = OB(dr) * b_pitch + OB(dc) * b_elem;
+        a_wrap = a_pitch - OA(cols) * a_elem;  // one row down, cols elements back
+        b_wrap = b_pitch - OB(cols) * b_elem;
+    }
+    TNN_HD void next() {
+        c += dc;
+        r += dr;
+        a += a_step;
+        b += b_step;
+        if (c >= cols) {
+            c -= cols;
+            ++r;
+            a += a_wrap;
+            b += b_wrap;
+        }
+    }
+};
+
 // Activations whose derivative the backward pass can read off the stored activation value
 // (a > 0 <=> z > 0); the others store f'(z) rounded to the network dtype next to it.
 constexpr bool derivative_from_output(Activation a) {

@@ -189,6 +189,23 @@ template <bool RELU, typename F> __device__ __forceinline__ void with_output_act
     else with_activation(a, f);
 }
 
+// Both halves of the 16-bit pair v where the matching half of a is positive, +0 elsewhere: the ReLU
+// derivative applied to an already rounded dz pair with one compare and one AND, instead of unpacking
+// a, comparing and multiplying in fp32. Equal to pack2(x * (a > 0), ...) except that a masked element
+// is always +0 (never -0, and never NaN from an fp32 inf or NaN times 0), which no sum of products
+// can tell apart.
+template <typename T> __device__ __forceinline__ uint32_t mask_positive2(uint32_t v, uint32_t a) {
+    if constexpr (std::is_same_v<T, gpu_half>) {
+        __half2 ha;
+        memcpy(&ha, &a, 4);
+        return v & __hgt2_mask(ha, __float2half2_rn(0.0f));
+    } else {
+        __nv_bfloat162 ha;
+        memcpy(&ha, &a, 4);
+        return v & __hgt2_mask(ha, __float2bfloat162_rn(0.0f));
+    }
+}
+
 // ============================================================================================
 // Row movement between global memory and per-warp shared-memory tiles.
 // ============================================================================================
@@ -201,15 +218,15 @@ __device__ __forceinline__ void rows_to_smem_v(char* dst, int dst_stride, const 
                                                int lane) {
     const int cpr = row_bytes / V;  // V is a power of two: a shift
     if (cpr == 0) return;
+    const uint32_t d0 = smem_addr(dst);
 #pragma unroll 2
-    for (GridWalk g(lane, cpr); g.r < n_rows; g.next()) {
+    for (GridWalk2<int64_t, int> g(lane, cpr, src_stride, V, dst_stride, V); g.r < n_rows; g.next()) {
         const bool valid = g.r < n_valid;
-        const char* s = valid ? src + g.r * src_stride + g.c * V : any_valid_src;
-        char* d = dst + g.r * dst_stride + g.c * V;
+        const char* s = valid ? src + g.a : any_valid_src;
         if constexpr (V >= 4)
-            cp_async<V>(smem_addr(d), s, valid);
+            cp_async<V>(d0 + g.b, s, valid);
         else
-            *reinterpret_cast<uint16_t*>(d) = valid ? *reinterpret_cast<const uint16_t*>(s) : uint16_t(0);
+            *reinterpret_cast<uint16_t*>(dst + g.b) = valid ? *reinterpret_cast<const uint16_t*>(s) : uint16_t(0);
     }
 }
 __device__ __forceinline__ void rows_to_smem(int vec, char* dst, int dst_stride, const char* src, int64_t src_stride,
@@ -230,9 +247,8 @@ __device__ __forceinline__ void rows_to_global_v(char* dst, int64_t dst_stride, 
     const int cpr = row_bytes / V;
     if (cpr == 0) return;
 #pragma unroll 2
-    for (GridWalk g(lane, cpr); g.r < n_rows; g.next())
-        *reinterpret_cast<Vec*>(dst + g.r * dst_stride + g.c * V) =
-            *reinterpret_cast<const Vec*>(src + g.r * src_stride + g.c * V);
+    for (GridWalk2<int64_t, int> g(lane, cpr, dst_stride, V, src_stride, V); g.r < n_rows; g.next())
+        *reinterpret_cast<Vec*>(dst + g.a) = *reinterpret_cast<const Vec*>(src + g.b);
 }
 __device__ __forceinline__ void rows_to_global(int vec, char* dst, int64_t dst_stride, const char* src, int src_stride,
                                                int row_bytes, int n_rows, int lane) {
@@ -252,25 +268,25 @@ template <typename T, bool F32, int E>
 __device__ __forceinline__ void raw_to_tile_e(const char* raw, int raw_stride, T* x, int x_stride, int n_rows, int n_in,
                                               int lane) {
     const int q = n_in / E;  // E is a power of two: a shift
+    char* xb = reinterpret_cast<char*>(x);
 #pragma unroll 4
-    for (GridWalk g(lane, q); g.r < n_rows; g.next()) {
-        const char* src = raw + g.r * raw_stride;
-        T* d = x + g.r * x_stride + g.c * E;
-        const int c = g.c * E;
+    for (GridWalk2<int, int> g(lane, q, raw_stride, E * (F32 ? 4 : 2), x_stride * 2, E * 2); g.r < n_rows; g.next()) {
+        const char* src = raw + g.a;
+        T* d = reinterpret_cast<T*>(xb + g.b);
         if constexpr (F32) {
             if constexpr (E == 4) {
-                const float4 v = *reinterpret_cast<const float4*>(src + c * 4);
+                const float4 v = *reinterpret_cast<const float4*>(src);
                 *reinterpret_cast<uint2*>(d) = make_uint2(pack2<T>(v.x, v.y), pack2<T>(v.z, v.w));
             } else if constexpr (E == 2) {
-                const float2 v = *reinterpret_cast<const float2*>(src + c * 4);
+                const float2 v = *reinterpret_cast<const float2*>(src);
                 *reinterpret_cast<uint32_t*>(d) = pack2<T>(v.x, v.y);
             } else {
-                *d = gpu::from_acc<T>(reinterpret_cast<const float*>(src)[c]);
+                *d = gpu::from_acc<T>(*reinterpret_cast<const float*>(src));
             }
         } else {
-            if constexpr (E == 8) *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(src + c * 2);
-            else if constexpr (E == 2) *reinterpret_cast<uint32_t*>(d) = *reinterpret_cast<const uint32_t*>(src + c * 2);
-            else *d = reinterpret_cast<const T*>(src)[c];
+            if constexpr (E == 8) *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(src);
+            else if constexpr (E == 2) *reinterpret_cast<uint32_t*>(d) = *reinterpret_cast<const uint32_t*>(src);
+            else *d = *reinterpret_cast<const T*>(src);
         }
     }
 }
@@ -289,7 +305,7 @@ __device__ __forceinline__ void raw_to_tile(const char* raw, int raw_stride, T* 
     const int n_pad = pin - n_in;
     if (n_pad > 0) {
         const T pad = gpu::from_acc<T>(pad_value);
-        for (GridWalk g(lane, n_pad); g.r < n_rows; g.next()) x[g.r * x_stride + n_in + g.c] = pad;
+        for (GridWalk2<int, int> g(lane, n_pad, x_stride, 1, 0, 0); g.r < n_rows; g.next()) x[n_in + g.a] = pad;
     }
 }
 
@@ -479,6 +495,44 @@ __device__ __forceinline__ void pack_chunk(const float (&acc)[MT][2][4], uint32_
         }
 }
 
+// Writes f(acc) of output chunk c into the per-warp staging tile (rows of out_stride bytes, OutT =
+// float or T), columns < n_out only. FULL: the whole chunk is inside n_out (no per-element checks).
+template <typename T, typename OutT, bool FULL, int MT, class F>
+__device__ __forceinline__ void stage_output_chunk(const float (&acc)[MT][2][4], char* out, int out_stride, int c,
+                                                   int n_out, int lane, F&& f) {
+    const int t = mma::thread_in_group(lane), gq = mma::group_of(lane);
+    char* base = out + gq * out_stride + (16 * c + 2 * t) * int(sizeof(OutT));
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int col = 16 * c + 8 * j + 2 * t;
+                OutT* o = reinterpret_cast<OutT*>(base + (16 * m + 8 * hh) * out_stride) + 8 * j;
+                const float v0 = f(acc[m][j][2 * hh]), v1 = f(acc[m][j][2 * hh + 1]);
+                if (FULL || col + 1 < n_out) {
+                    if constexpr (std::is_same_v<OutT, float>) *reinterpret_cast<float2*>(o) = make_float2(v0, v1);
+                    else *reinterpret_cast<uint32_t*>(o) = pack2<T>(v0, v1);
+                } else if (col < n_out) {
+                    if constexpr (std::is_same_v<OutT, float>) o[0] = v0;
+                    else o[0] = gpu::from_acc<T>(v0);
+                }
+            }
+}
+template <typename T, int MT, class F>
+__device__ __forceinline__ void stage_output(const float (&acc)[MT][2][4], bool out_f32, char* out, int out_stride,
+                                             int c, int n_out, int lane, F&& f) {
+    const bool full = 16 * c + 16 <= n_out;
+    if (out_f32) {
+        if (full) stage_output_chunk<T, float, true>(acc, out, out_stride, c, n_out, lane, f);
+        else stage_output_chunk<T, float, false>(acc, out, out_stride, c, n_out, lane, f);
+    } else {
+        if (full) stage_output_chunk<T, T, true>(acc, out, out_stride, c, n_out, lane, f);
+        else stage_output_chunk<T, T, false>(acc, out, out_stride, c, n_out, lane, f);
+    }
+}
+
 // ============================================================================================
 // Forward kernel (inference and forward-with-context; the context is empty: backward recomputes).
 // ============================================================================================
@@ -583,31 +637,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, RELU ? 2 : 1)
             }
             // Output layer -> staging tile (output dtype, n_out columns).
             const LayerSlot w = layer_slot(ensure_layer(L), W, s.pout, s.bias, lane);
-            const int t = mma::thread_in_group(lane), gq = mma::group_of(lane);
             for (int c = 0; c < s.pout / 16; ++c) {
                 float acc[MT][2][4];
                 output_chunk<T>(acc, c, h, w, lane);
                 with_output_activation<RELU>(args.out_act, [&](auto A) {
-#pragma unroll
-                    for (int m = 0; m < MT; ++m)
-#pragma unroll
-                        for (int j = 0; j < 2; ++j)
-#pragma unroll
-                            for (int hh = 0; hh < 2; ++hh) {
-                                const int row = 16 * m + gq + 8 * hh, col = 16 * c + 8 * j + 2 * t;
-                                const float v0 = act_fwd<decltype(A)::value>(acc[m][j][2 * hh]);
-                                const float v1 = act_fwd<decltype(A)::value>(acc[m][j][2 * hh + 1]);
-                                char* o = out + row * p.out_stride;
-                                if (args.out_f32) {
-                                    float* of = reinterpret_cast<float*>(o) + col;
-                                    if (col + 1 < s.n_out) *reinterpret_cast<float2*>(of) = make_float2(v0, v1);
-                                    else if (col < s.n_out) of[0] = v0;
-                                } else {
-                                    T* ot = reinterpret_cast<T*>(o) + col;
-                                    if (col + 1 < s.n_out) *reinterpret_cast<uint32_t*>(ot) = pack2<T>(v0, v1);
-                                    else if (col < s.n_out) ot[0] = gpu::from_acc<T>(v0);
-                                }
-                            }
+                    stage_output<T>(acc, args.out_f32, out, p.out_stride, c, s.n_out, lane,
+                                    [](float z) { return act_fwd<decltype(A)::value>(z); });
                 });
             }
             __syncwarp();
@@ -631,7 +666,7 @@ template <typename T, Activation ACT, int MT, int NC>
 __device__ __forceinline__ void hidden_chunk_to_stash(const float (&acc)[MT][2][4], uint32_t (&next)[MT][NC][4], int c,
                                                       int lane, T* a_tile, T* d_tile, int stride) {
     pack_chunk<T>(acc, next, c, lane, [](float z) { return act_fwd<ACT>(z); },
-                  [&](int row, int col, int, uint32_t v) { *reinterpret_cast<uint32_t*>(a_tile + int64_t(row) * stride + col) = v; });
+                  [&](int row, int col, int, uint32_t v) { *reinterpret_cast<uint32_t*>(a_tile + row * stride + col) = v; });
     if constexpr (!derivative_from_output(ACT)) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -639,10 +674,53 @@ __device__ __forceinline__ void hidden_chunk_to_stash(const float (&acc)[MT][2][
             for (int r = 0; r < 4; ++r) {
                 const int j = mma::handoff_c_tile(r);
                 const mma::Coord rc = mma::a_frag_coord(lane, r, 0);
-                *reinterpret_cast<uint32_t*>(d_tile + int64_t(16 * m + rc.row) * stride + 16 * c + rc.col) =
+                *reinterpret_cast<uint32_t*>(d_tile + (16 * m + rc.row) * stride + 16 * c + rc.col) =
                     pack2<T>(act_deriv<ACT>(acc[m][j][mma::handoff_c_elem(r, 0)]),
                              act_deriv<ACT>(acc[m][j][mma::handoff_c_elem(r, 1)]));
             }
+    }
+}
+
+// Output layer of the backward pass, chunk c: dz = round_T(dL/dy * f_out'(z)) into the dz tile
+// (rows of this warp), zero for columns >= n_out and rows >= valid. dL/dy comes from the per-warp
+// staged tile (rows of dy_stride bytes, DyT = float or T). FULL: all rows valid and the chunk inside
+// n_out (no per-element checks).
+template <typename T, typename DyT, bool FULL, int MT, class D>
+__device__ __forceinline__ void output_dz_chunk_t(const float (&acc)[MT][2][4], const char* dyt, int dy_stride, T* dz,
+                                                  int dz_stride, int c, int n_out, int valid, int lane, D&& deriv) {
+    const int t = mma::thread_in_group(lane), gq = mma::group_of(lane);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int row = 16 * m + gq + 8 * hh, col = 16 * c + 8 * j + 2 * t;
+                const DyT* dr = reinterpret_cast<const DyT*>(dyt + row * dy_stride) + col;
+                const bool v0 = FULL || (row < valid && col < n_out), v1 = FULL || (row < valid && col + 1 < n_out);
+                float2 g = make_float2(0.0f, 0.0f);
+                if (v1) {
+                    if constexpr (std::is_same_v<DyT, float>) g = *reinterpret_cast<const float2*>(dr);
+                    else g = unpack2<T>(*reinterpret_cast<const uint32_t*>(dr));
+                } else if (v0) {
+                    if constexpr (std::is_same_v<DyT, float>) g.x = dr[0];
+                    else g.x = gpu::to_acc(dr[0]);
+                }
+                const float d0 = v0 ? g.x * deriv(acc[m][j][2 * hh]) : 0.0f;
+                const float d1 = v1 ? g.y * deriv(acc[m][j][2 * hh + 1]) : 0.0f;
+                *reinterpret_cast<uint32_t*>(dz + row * dz_stride + col) = pack2<T>(d0, d1);
+            }
+}
+template <typename T, int MT, class D>
+__device__ __forceinline__ void output_dz_chunk(const float (&acc)[MT][2][4], bool dy_f32, const char* dyt, int dy_stride,
+                                                T* dz, int dz_stride, int c, int n_out, int valid, int lane, D&& deriv) {
+    const bool full = valid >= 16 * MT && 16 * c + 16 <= n_out;
+    if (dy_f32) {
+        if (full) output_dz_chunk_t<T, float, true>(acc, dyt, dy_stride, dz, dz_stride, c, n_out, valid, lane, deriv);
+        else output_dz_chunk_t<T, float, false>(acc, dyt, dy_stride, dz, dz_stride, c, n_out, valid, lane, deriv);
+    } else {
+        if (full) output_dz_chunk_t<T, T, true>(acc, dyt, dy_stride, dz, dz_stride, c, n_out, valid, lane, deriv);
+        else output_dz_chunk_t<T, T, false>(acc, dyt, dy_stride, dz, dz_stride, c, n_out, valid, lane, deriv);
     }
 }
 
@@ -660,17 +738,23 @@ __device__ __forceinline__ void chain_chunk_to_dz(const float (&acc)[MT][2][4], 
             const int j = mma::handoff_c_tile(r);
             const mma::Coord rc = mma::a_frag_coord(lane, r, 0);
             const int row = 16 * m + rc.row, col = 16 * c + rc.col;
+            const float z0 = acc[m][j][mma::handoff_c_elem(r, 0)], z1 = acc[m][j][mma::handoff_c_elem(r, 1)];
+            if constexpr (ACT == Activation::ReLU) {
+                const uint32_t v = mask_positive2<T>(pack2<T>(z0, z1), *reinterpret_cast<const uint32_t*>(a_tile + row * act_stride + col));
+                dzn[m][c][r] = v;
+                *reinterpret_cast<uint32_t*>(dz_tile + row * dz_stride + col) = v;
+                continue;
+            }
             float2 d;
             if constexpr (ACT == Activation::None) {
                 d = make_float2(1.0f, 1.0f);
             } else if constexpr (derivative_from_output(ACT)) {
-                const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(a_tile + int64_t(row) * act_stride + col));
-                const float lo = ACT == Activation::ReLU ? 0.0f : 0.01f;
-                d = make_float2(a.x > 0.0f ? 1.0f : lo, a.y > 0.0f ? 1.0f : lo);
+                const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(a_tile + row * act_stride + col));
+                d = make_float2(a.x > 0.0f ? 1.0f : 0.01f, a.y > 0.0f ? 1.0f : 0.01f);  // LeakyReLU
             } else {
-                d = unpack2<T>(*reinterpret_cast<const uint32_t*>(d_tile + int64_t(row) * act_stride + col));
+                d = unpack2<T>(*reinterpret_cast<const uint32_t*>(d_tile + row * act_stride + col));
             }
-            const uint32_t v = pack2<T>(acc[m][j][mma::handoff_c_elem(r, 0)] * d.x, acc[m][j][mma::handoff_c_elem(r, 1)] * d.y);
+            const uint32_t v = pack2<T>(z0 * d.x, z1 * d.y);
             dzn[m][c][r] = v;
             *reinterpret_cast<uint32_t*>(dz_tile + row * dz_stride + col) = v;
         }
@@ -692,15 +776,18 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
         const bool with_bias = db != nullptr && n0 == 0;
         float acc[MU][2 * NU][4] = {};
         float accb[MU][4] = {};
+        // This lane's ldmatrix addresses for k-step 0, advanced by one 16-row step per iteration.
+        uint32_t a_k = a_lane + m0 * 2, b_k = b_lane + n0 * 2;
+        const uint32_t a_step = 16 * dz_stride * 2, b_step = 16 * act_stride * 2;
 #pragma unroll 2
-        for (int k0 = 0; k0 < R; k0 += 16) {
+        for (int k0 = 0; k0 < R; k0 += 16, a_k += a_step, b_k += b_step) {
             uint32_t a[MU][4];
 #pragma unroll
-            for (int mu = 0; mu < MU; ++mu) ldmatrix_x4<true>(a[mu], a_lane + k0 * dz_stride * 2 + (m0 + 16 * mu) * 2);
+            for (int mu = 0; mu < MU; ++mu) ldmatrix_x4<true>(a[mu], a_k + 16 * mu * 2);
 #pragma unroll
             for (int nu = 0; nu < NU; ++nu) {
                 uint32_t b[4];
-                ldmatrix_x4<true>(b, b_lane + k0 * act_stride * 2 + (n0 + 16 * nu) * 2);
+                ldmatrix_x4<true>(b, b_k + 16 * nu * 2);
 #pragma unroll
                 for (int mu = 0; mu < MU; ++mu) {
                     mma_16816<T>(acc[mu][2 * nu], a[mu], b[0], b[1]);
@@ -752,12 +839,15 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
 template <typename T, int W, bool RELU>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
     constexpr int MT = kBackwardMTiles, RW = 16 * MT, NC = W / 16;
+    // Row pitches (elements) known at compile time: the stash tiles and the dz tiles of the hidden
+    // layers (the planner's act_stride; the dz region is planned for max(W, pout) + 8 and the top
+    // layer's dz, pout columns wide, uses p.dz_stride).
+    constexpr int AS = W + 8, DS = W + 8;
     extern __shared__ __align__(16) char smem[];
     const BackwardPlan& p = args.bwd;
     const Shape& s = args.shape;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int R = nw * RW, L = s.n_hidden;
-    const int gq = mma::group_of(lane), t = mma::thread_in_group(lane);
     const int64_t n_tiles = (args.rows + R - 1) / R;
     const int in_bytes = args.in_f32 ? 4 : 2, dy_bytes = args.out_f32 ? 4 : 2;
     const bool want_dw = args.dw_partials != nullptr || args.grads != nullptr, want_dx = args.dx != nullptr;
@@ -829,8 +919,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
         // ---- Recomputed forward pass; a (and f'(z)) of hidden layers go to the stash.
         uint32_t h[MT][NC][4];
         auto stash_tiles = [&](int l, T*& a_tile, T*& d_tile) {
-            a_tile = stash_a(l) + int64_t(wrow) * p.act_stride;
-            d_tile = p.n_stashes > 1 ? stash_d(l) + int64_t(wrow) * p.act_stride : nullptr;
+            a_tile = stash_a(l) + wrow * AS;
+            d_tile = p.n_stashes > 1 ? stash_d(l) + wrow * AS : nullptr;
         };
         const uint32_t x_addr = smem_addr(X + wrow * p.x_stride) + x4_offset(lane, X4Pattern::kRowsFirst, p.x_stride * 2);
         {
@@ -841,14 +931,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                 float acc[NC][MT][2][4];
                 first_layer<T>(acc, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
 #pragma unroll
-                for (int c = 0; c < NC; ++c) hidden_chunk_to_stash<T, Activation::ReLU>(acc[c], h, c, lane, at, dt, p.act_stride);
+                for (int c = 0; c < NC; ++c) hidden_chunk_to_stash<T, Activation::ReLU>(acc[c], h, c, lane, at, dt, AS);
             } else {
 #pragma unroll
                 for (int c = 0; c < NC; ++c) {
                     float acc[MT][2][4];
                     first_layer_chunk<T>(acc, c, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
                     with_activation(args.act, [&](auto A) {
-                        hidden_chunk_to_stash<T, decltype(A)::value>(acc, h, c, lane, at, dt, p.act_stride);
+                        hidden_chunk_to_stash<T, decltype(A)::value>(acc, h, c, lane, at, dt, AS);
                     });
                 }
             }
@@ -863,7 +953,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                 float acc[MT][2][4];
                 hidden_chunk<T>(acc, c, h, w, lane);
                 with_hidden_activation<RELU>(args.act, [&](auto A) {
-                    hidden_chunk_to_stash<T, decltype(A)::value>(acc, h2, c, lane, at, dt, p.act_stride);
+                    hidden_chunk_to_stash<T, decltype(A)::value>(acc, h2, c, lane, at, dt, AS);
                 });
             }
 #pragma unroll
@@ -881,27 +971,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                 float acc[MT][2][4];
                 output_chunk<T>(acc, c, h, w, lane);
                 with_output_activation<RELU>(args.out_act, [&](auto A) {
-#pragma unroll
-                    for (int m = 0; m < MT; ++m)
-#pragma unroll
-                        for (int j = 0; j < 2; ++j)
-#pragma unroll
-                            for (int hh = 0; hh < 2; ++hh) {
-                                const int row = 16 * m + gq + 8 * hh, col = 16 * c + 8 * j + 2 * t;
-                                const char* dr = dyt + row * p.dy_stride;
-                                // The staged row holds n_out values; past them (and past the batch) dz is 0.
-                                const bool v0 = row < valid && col < s.n_out, v1 = row < valid && col + 1 < s.n_out;
-                                float2 g = make_float2(0.0f, 0.0f);
-                                if (v1)
-                                    g = args.out_f32 ? *reinterpret_cast<const float2*>(dr + col * 4)
-                                                     : unpack2<T>(*reinterpret_cast<const uint32_t*>(dr + col * 2));
-                                else if (v0)
-                                    g.x = args.out_f32 ? reinterpret_cast<const float*>(dr)[col]
-                                                       : gpu::to_acc(reinterpret_cast<const T*>(dr)[col]);
-                                const float d0 = v0 ? g.x * act_deriv<decltype(A)::value>(acc[m][j][2 * hh]) : 0.0f;
-                                const float d1 = v1 ? g.y * act_deriv<decltype(A)::value>(acc[m][j][2 * hh + 1]) : 0.0f;
-                                *reinterpret_cast<uint32_t*>(dz_top + (wrow + row) * p.dz_stride + col) = pack2<T>(d0, d1);
-                            }
+                    output_dz_chunk<T>(acc, args.out_f32, dyt, p.dy_stride, dz_top + wrow * p.dz_stride, p.dz_stride, c,
+                                       s.n_out, valid, lane, [](float z) { return act_deriv<decltype(A)::value>(z); });
                 });
             }
         }
@@ -915,9 +986,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
             const int out = s.layer_out(l), in = s.layer_in(l);
             const T* dz_cur = DZ + (l & 1) * dz_elems;
             const T* act_src = X;
-            int act_stride = p.x_stride;
             if (l > 0) {
-                act_stride = p.act_stride;
                 if (p.stash_in_smem) {
                     act_src = stash_a(l - 1);
                 } else {  // copy this warp's rows of a_{l-1} from the global stash into shared memory
@@ -926,16 +995,21 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                     const int q = W / 8;
                     for (int i = lane; i < RW * q; i += 32) {
                         const int r = i / q, c = (i - r * q) * 8;
-                        *reinterpret_cast<uint4*>(aw + (wrow + r) * p.act_stride + c) =
-                            *reinterpret_cast<const uint4*>(src + int64_t(wrow + r) * p.act_stride + c);
+                        *reinterpret_cast<uint4*>(aw + (wrow + r) * AS + c) =
+                            *reinterpret_cast<const uint4*>(src + (wrow + r) * AS + c);
                     }
                     act_src = aw;
                 }
             }
             __syncthreads();
-            if (want_dw)
-                dw_layer<T>(dz_cur, p.dz_stride, act_src, act_stride, out, in, R, dw + s.weight_offset(l),
-                            s.bias ? dw + s.bias_offset(l) : nullptr, lane, warp, nw);
+            if (want_dw) {
+                // One call per kind of layer, so that the hidden layers' pitches and sizes are constants.
+                float* dwl = dw + s.weight_offset(l);
+                float* dbl = s.bias ? dw + s.bias_offset(l) : nullptr;
+                if (l == L) dw_layer<T>(dz_cur, p.dz_stride, act_src, AS, out, W, R, dwl, dbl, lane, warp, nw);
+                else if (l > 0) dw_layer<T>(dz_cur, DS, act_src, AS, W, W, R, dwl, dbl, lane, warp, nw);
+                else dw_layer<T>(dz_cur, DS, X, p.x_stride, W, in, R, dwl, dbl, lane, warp, nw);
+            }
             if (l == 0 && !want_dx) break;
 
             // dL/da_{l-1} = dz_l W_l (B = W_l^T: ldmatrix.trans of the [out][in] slot).
@@ -959,22 +1033,21 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                 const T* a_prev = stash_a(l - 1);
                 const T* d_prev = stash_d(l - 1);
                 uint32_t dzn[MT][NC][4];
-                const int64_t tile_off = int64_t(wrow) * p.act_stride;
-                const T* at = a_prev + tile_off;
-                const T* dt = p.n_stashes > 1 ? d_prev + tile_off : nullptr;
-                T* zt = dz_next + wrow * p.dz_stride;
+                const T* at = a_prev + wrow * AS;
+                const T* dt = p.n_stashes > 1 ? d_prev + wrow * AS : nullptr;
+                T* zt = dz_next + wrow * DS;
                 auto to_dz = [&](int c, const float (&acc)[MT][2][4]) {
                     using A = Activation;
                     if constexpr (RELU) {
-                        chain_chunk_to_dz<T, A::ReLU>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride);
+                        chain_chunk_to_dz<T, A::ReLU>(acc, dzn, c, lane, at, dt, AS, zt, DS);
                     } else {
                         switch (args.act) {  // f' from the stored a for these three, from the stored f'(z) otherwise
-                            case A::None: chain_chunk_to_dz<T, A::None>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
-                            case A::ReLU: chain_chunk_to_dz<T, A::ReLU>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
+                            case A::None: chain_chunk_to_dz<T, A::None>(acc, dzn, c, lane, at, dt, AS, zt, DS); break;
+                            case A::ReLU: chain_chunk_to_dz<T, A::ReLU>(acc, dzn, c, lane, at, dt, AS, zt, DS); break;
                             case A::LeakyReLU:
-                                chain_chunk_to_dz<T, A::LeakyReLU>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride);
+                                chain_chunk_to_dz<T, A::LeakyReLU>(acc, dzn, c, lane, at, dt, AS, zt, DS);
                                 break;
-                            default: chain_chunk_to_dz<T, A::Sine>(acc, dzn, c, lane, at, dt, p.act_stride, zt, p.dz_stride); break;
+                            default: chain_chunk_to_dz<T, A::Sine>(acc, dzn, c, lane, at, dt, AS, zt, DS); break;
                         }
                     }
                 };

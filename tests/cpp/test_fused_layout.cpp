@@ -282,6 +282,22 @@ TEST(FusedLayout, GridWalkVisitsLaneStridedElementsInOrder) {
         }
 }
 
+TEST(FusedLayout, GridWalk2KeepsBothByteOffsetsInStep) {
+    // Pitches as the kernels use them: a global row pitch (64-bit) and a padded shared-memory one.
+    for (int cols = 1; cols <= 70; ++cols)
+        for (int eb : {2, 4, 8, 16})
+            for (int lane = 0; lane < kLanes; ++lane) {
+                const int ea = 2 * eb;  // e.g. fp32 staged rows -> 16-bit tile rows
+                const int64_t ap = int64_t(cols) * ea * 3 + (int64_t(1) << 33);
+                const int bp = cols * eb + 16;
+                ffm::GridWalk2<int64_t, int> g(lane, cols, ap, ea, bp, eb);
+                for (; g.r < 9; g.next()) {
+                    ASSERT_EQ(g.a, g.r * ap + int64_t(g.c) * ea) << "cols " << cols << " lane " << lane;
+                    ASSERT_EQ(g.b, g.r * bp + g.c * eb) << "cols " << cols << " lane " << lane;
+                }
+            }
+}
+
 TEST(FusedLayout, ShapeMatchesMlpLayout) {
     for (uint32_t width : {16u, 32u, 64u, 128u})
         for (uint32_t n_in : {1u, 3u, 16u, 32u, 33u, 100u})
