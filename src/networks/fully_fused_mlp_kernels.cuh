@@ -760,27 +760,12 @@ __device__ __forceinline__ void chain_chunk_to_dz(const float (&acc)[MT][2][4], 
         }
 }
 
-// *p += (a, b, c, d) for 4 fp32 in shared memory (addr: shared-window address): the accumulators
-// read-modify-write through ld/st.shared instead of generic loads, whose address-space check adds
-// latency on the dependent load -> add -> store path.
-__device__ __forceinline__ void add4_shared(uint32_t addr, float a, float b, float c, float d) {
-    float x, y, z, w;
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(x), "=f"(y), "=f"(z), "=f"(w) : "r"(addr) : "memory");
-    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(x + a), "f"(y + b), "f"(z + c), "f"(w + d)
-                 : "memory");
-}
-
 // dW[out][in] += DZ^T * ACT over the tile's R rows for this warp's share of (MU x 16) x (NU x 16)
 // units; bias[out] += column sums of DZ (an extra MMA against a B of ones) in the units that hold
 // input columns 0..15. DZ: [R][dz_stride] rows of dz, ACT: [R][act_stride] rows of the layer input.
-// dw_smem: dw (and db) point into shared memory. Small units (MU * NU <= 2) keep KS = 2 sets of
-// accumulators for even and odd k-steps, summed at the end in that order: the k-loop is a chain of
-// dependent MMAs, and two chains per accumulator halve its latency (a fixed summation order, so the
-// result stays deterministic).
 template <typename T, int MU, int NU>
 __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* act, int act_stride, int out, int in, int R,
-                                         float* dw, float* db, bool dw_smem, int lane, int warp, int nw) {
-    constexpr int KS = MU * NU <= 2 ? 2 : 1;
+                                         float* dw, float* db, int lane, int warp, int nw) {
     const int n_units_n = in / (16 * NU), units = (out / (16 * MU)) * n_units_n;
     const uint32_t a_lane = smem_addr(dz) + x4_offset(lane, X4Pattern::kColsFirst, dz_stride * 2);
     const uint32_t b_lane = smem_addr(act) + x4_offset(lane, X4Pattern::kRowsFirst, act_stride * 2);
@@ -789,45 +774,30 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
     for (int u = warp; u < units; u += nw) {
         const int m0 = (u / n_units_n) * 16 * MU, n0 = (u % n_units_n) * 16 * NU;
         const bool with_bias = db != nullptr && n0 == 0;
-        float acc[KS][MU][2 * NU][4] = {};
-        float accb[KS][MU][4] = {};
-        // This lane's ldmatrix addresses for k-step 0, advanced by KS 16-row steps per iteration.
+        float acc[MU][2 * NU][4] = {};
+        float accb[MU][4] = {};
+        // This lane's ldmatrix addresses for k-step 0, advanced by one 16-row step per iteration.
         uint32_t a_k = a_lane + m0 * 2, b_k = b_lane + n0 * 2;
         const uint32_t a_step = 16 * dz_stride * 2, b_step = 16 * act_stride * 2;
 #pragma unroll 2
-        for (int k0 = 0; k0 < R; k0 += 16 * KS, a_k += KS * a_step, b_k += KS * b_step) {
+        for (int k0 = 0; k0 < R; k0 += 16, a_k += a_step, b_k += b_step) {
+            uint32_t a[MU][4];
 #pragma unroll
-            for (int ks = 0; ks < KS; ++ks) {
-                if (ks > 0 && k0 + 16 * ks >= R) break;  // an odd number of k-steps (one-warp blocks)
-                uint32_t a[MU][4];
+            for (int mu = 0; mu < MU; ++mu) ldmatrix_x4<true>(a[mu], a_k + 16 * mu * 2);
 #pragma unroll
-                for (int mu = 0; mu < MU; ++mu) ldmatrix_x4<true>(a[mu], a_k + ks * a_step + 16 * mu * 2);
+            for (int nu = 0; nu < NU; ++nu) {
+                uint32_t b[4];
+                ldmatrix_x4<true>(b, b_k + 16 * nu * 2);
 #pragma unroll
-                for (int nu = 0; nu < NU; ++nu) {
-                    uint32_t b[4];
-                    ldmatrix_x4<true>(b, b_k + ks * b_step + 16 * nu * 2);
-#pragma unroll
-                    for (int mu = 0; mu < MU; ++mu) {
-                        mma_16816<T>(acc[ks][mu][2 * nu], a[mu], b[0], b[1]);
-                        mma_16816<T>(acc[ks][mu][2 * nu + 1], a[mu], b[2], b[3]);
-                    }
+                for (int mu = 0; mu < MU; ++mu) {
+                    mma_16816<T>(acc[mu][2 * nu], a[mu], b[0], b[1]);
+                    mma_16816<T>(acc[mu][2 * nu + 1], a[mu], b[2], b[3]);
                 }
-                if (with_bias)
-#pragma unroll
-                    for (int mu = 0; mu < MU; ++mu) mma_16816<T>(accb[ks][mu], a[mu], ones, ones);
             }
+            if (with_bias)
+#pragma unroll
+                for (int mu = 0; mu < MU; ++mu) mma_16816<T>(accb[mu], a[mu], ones, ones);
         }
-#pragma unroll
-        for (int ks = 1; ks < KS; ++ks)
-#pragma unroll
-            for (int mu = 0; mu < MU; ++mu) {
-#pragma unroll
-                for (int j = 0; j < 2 * NU; ++j)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) acc[0][mu][j][i] += acc[ks][mu][j][i];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) accb[0][mu][i] += accb[ks][mu][i];
-            }
         // Each element of dW belongs to exactly one lane of one warp: plain read-modify-write of the
         // lane's 4 floats of C tile (mt, nt) in fragment order (Shape::fragment_index).
 #pragma unroll
@@ -835,22 +805,17 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
 #pragma unroll
             for (int j = 0; j < 2 * NU; ++j) {
                 const int mt = m0 / 16 + mu, nt = n0 / 8 + j;
-                float* d = dw + ((mt * (in / 8) + nt) * 32 + lane) * 4;
-                const float(&c)[4] = acc[0][mu][j];
-                if (dw_smem) {
-                    add4_shared(smem_addr(d), c[0], c[1], c[2], c[3]);
-                } else {
-                    float4 v = *reinterpret_cast<float4*>(d);
-                    v.x += c[0];
-                    v.y += c[1];
-                    v.z += c[2];
-                    v.w += c[3];
-                    *reinterpret_cast<float4*>(d) = v;
-                }
+                float4* d = reinterpret_cast<float4*>(dw + ((int64_t(mt) * (in / 8) + nt) * 32 + lane) * 4);
+                float4 v = *d;
+                v.x += acc[mu][j][0];
+                v.y += acc[mu][j][1];
+                v.z += acc[mu][j][2];
+                v.w += acc[mu][j][3];
+                *d = v;
             }
             if (with_bias && t == 0) {  // every column of the ones-product holds the row sum
-                db[m0 + 16 * mu + gq] += accb[0][mu][0];
-                db[m0 + 16 * mu + gq + 8] += accb[0][mu][2];
+                db[m0 + 16 * mu + gq] += accb[mu][0];
+                db[m0 + 16 * mu + gq + 8] += accb[mu][2];
             }
         }
     }
@@ -859,16 +824,16 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
 // Picks the largest unit that still gives every warp work (runtime shape -> compile-time tile).
 template <typename T>
 __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* act, int act_stride, int out, int in, int R,
-                                         float* dw, float* db, bool dw_smem, int lane, int warp, int nw) {
+                                         float* dw, float* db, int lane, int warp, int nw) {
     auto units = [&](int mu, int nu) { return (out % (16 * mu) || in % (16 * nu)) ? 0 : (out / (16 * mu)) * (in / (16 * nu)); };
     if (units(2, 2) >= nw)
-        dw_units<T, 2, 2>(dz, dz_stride, act, act_stride, out, in, R, dw, db, dw_smem, lane, warp, nw);
+        dw_units<T, 2, 2>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
     else if (units(2, 1) >= nw)
-        dw_units<T, 2, 1>(dz, dz_stride, act, act_stride, out, in, R, dw, db, dw_smem, lane, warp, nw);
+        dw_units<T, 2, 1>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
     else if (units(1, 2) >= nw)
-        dw_units<T, 1, 2>(dz, dz_stride, act, act_stride, out, in, R, dw, db, dw_smem, lane, warp, nw);
+        dw_units<T, 1, 2>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
     else
-        dw_units<T, 1, 1>(dz, dz_stride, act, act_stride, out, in, R, dw, db, dw_smem, lane, warp, nw);
+        dw_units<T, 1, 1>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
 }
 
 template <typename T, int W, bool RELU>
@@ -1041,10 +1006,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                 // One call per kind of layer, so that the hidden layers' pitches and sizes are constants.
                 float* dwl = dw + s.weight_offset(l);
                 float* dbl = s.bias ? dw + s.bias_offset(l) : nullptr;
-                const bool ds = p.dw_in_smem;
-                if (l == L) dw_layer<T>(dz_cur, p.dz_stride, act_src, AS, out, W, R, dwl, dbl, ds, lane, warp, nw);
-                else if (l > 0) dw_layer<T>(dz_cur, DS, act_src, AS, W, W, R, dwl, dbl, ds, lane, warp, nw);
-                else dw_layer<T>(dz_cur, DS, X, p.x_stride, W, in, R, dwl, dbl, ds, lane, warp, nw);
+                if (l == L) dw_layer<T>(dz_cur, p.dz_stride, act_src, AS, out, W, R, dwl, dbl, lane, warp, nw);
+                else if (l > 0) dw_layer<T>(dz_cur, DS, act_src, AS, W, W, R, dwl, dbl, lane, warp, nw);
+                else dw_layer<T>(dz_cur, DS, X, p.x_stride, W, in, R, dwl, dbl, lane, warp, nw);
             }
             if (l == 0 && !want_dx) break;
 
