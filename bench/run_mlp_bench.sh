@@ -8,7 +8,7 @@
 #
 # Environment: OUT (default out/mlp_bench), BUILD (default build-mlp; reused incrementally), FROM_HEAD
 # (default 1: build a clean export of HEAD unless BUILD is already configured),
-# JOBS (default: all cores), CUDA_ARCH (default 90), BUDGET_S (default 390: total wall time the
+# JOBS (default: all cores), CUDA_ARCH (default 90), GPU_TEST_FILTER (default '*FullyFused*'), BUDGET_S (default 390: total wall time the
 # script plans for), SKIP_TESTS=1, SKIP_TORCH=1, QUICK=1 (no variant sweep), TORCH_FROM=FILE (reuse a
 # bench_mlp_torch.json measured earlier on the same device instead of running PyTorch, e.g.
 # bench/results/2026-11-29-h200/bench_mlp_torch.json, when the device time is short).
@@ -92,7 +92,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   echo "== tests: CPU layout / planner, then FullyFusedMLP on the GPU"
   timeout 60 "$BUILD/tests/tnn_tests" --gtest_filter='FusedLayout*:FusedPlan*:FullyFusedMLP*' >"$OUT/tests_cpu.log" 2>&1
   ok_line "cpu tests" "$OUT/tests_cpu.log" $?
-  timeout 200 "$BUILD/tests/tnn_gpu_tests" --gtest_filter='*FullyFused*' --gtest_output="xml:$OUT/tests_gpu.xml" \
+  timeout 200 "$BUILD/tests/tnn_gpu_tests" --gtest_filter="${GPU_TEST_FILTER:-*FullyFused*}" --gtest_output="xml:$OUT/tests_gpu.xml" \
     >"$OUT/tests_gpu.log" 2>&1
   ok_line "gpu tests" "$OUT/tests_gpu.log" $?
   # Keep failures and totals, not every passing line.
