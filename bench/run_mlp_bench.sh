@@ -15,8 +15,8 @@
 # NCU_SHAPES="32->64->16;64->64->64" also profiles the first inference (forward) and backward kernel of
 # each shape at the benchmark batch with Nsight Compute (--set full, clocks left alone) into
 # $OUT/ncu_*.txt (details and per-SASS-line stall samples); SKIP_BENCH=1 then skips the timings.
-# EXTRA_CMAKE_FLAGS go to the configure step (e.g. "-DCMAKE_CUDA_FLAGS=-lineinfo", which lets the
-# profile attribute samples to source lines: $OUT/ncu_*_source.csv).
+# EXTRA_CMAKE_FLAGS go to the configure step. (ncu's CSV source page gives no per-line metrics even
+# with -lineinfo; bench/ncu_sass_summary.py reads the per-SASS export instead.)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-$PWD/out/mlp_bench}
@@ -130,7 +130,6 @@ if cmake -S "$BUILD/bench_mlp_build" -B "$BUILD/bench_mlp_build/out" -G Ninja -D
         if [ -s "$OUT/$tag.ncu-rep" ]; then
           "$NCU" -i "$OUT/$tag.ncu-rep" --page details >"$OUT/$tag.txt" 2>&1
           "$NCU" -i "$OUT/$tag.ncu-rep" --page source --csv --print-source sass >"$OUT/${tag}_sass.csv" 2>&1
-          "$NCU" -i "$OUT/$tag.ncu-rep" --page source --csv --print-source cuda >"$OUT/${tag}_source.csv" 2>&1
           summary+=("$(printf '%-16s ok       %s' "ncu" "$tag")")
         else
           summary+=("$(printf '%-16s FAILED   %s (see %s.log)' "ncu" "$tag" "$tag")")
