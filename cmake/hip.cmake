@@ -90,16 +90,13 @@ foreach(dir IN LISTS _tnn_json_includes)
   endif()
 endforeach()
 
-# Losses and optimizers equal the CPU reference bit for bit: no a*b+c contracted into one FMA there
-# (the CUDA build passes -fmad=false to the same files; docs/gpu.md).
-set(_tnn_hip_exact_sources src/losses/losses.cu src/optimizers/optimizers.cu)
 
 set(TNN_HIP_OBJECTS "")
 foreach(src IN LISTS TNN_GPU_SOURCES)
   file(RELATIVE_PATH rel "${CMAKE_SOURCE_DIR}" "${src}")
   set(obj "${CMAKE_BINARY_DIR}/hip-objects/${rel}.o")
   set(extra "")
-  if(rel IN_LIST _tnn_hip_exact_sources)
+  if(rel IN_LIST TNN_EXACT_FP_SOURCES)  # CMakeLists.txt: no FMA contraction in these
     set(extra -ffp-contract=off)
   endif()
   get_filename_component(obj_dir "${obj}" DIRECTORY)
