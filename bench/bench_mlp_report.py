@@ -124,6 +124,9 @@ def main(out_dir):
     def fmt(v, d=4):
         return "-" if v is None else f"{v:.{d}f}"
 
+    def torch_cell(ours_ms, issue_ms):  # this run's torch figure, the issue's in brackets
+        return fmt(ours_ms) + (f" ({issue_ms:.3f})" if issue_ms else "")
+
     lines = [f"# FullyFusedMLP on {ours.get('device')} (torch {torch_doc.get('torch', 'n/a')})", "",
              "GPU time per call (ms), median of rounds of CUDA graphs of back-to-back calls. floor = max(bytes / "
              "4.25 TB/s, flops / 760 TFLOP/s); 'of floor' = floor / ours. speedup = best baseline / ours (inference: "
@@ -138,8 +141,6 @@ def main(out_dir):
         tgt = "" if not r.get("target_speedup") else (f"{r['target_speedup']:.0f}x " +
                                                         ("met" if r.get("meets_target") else "MISSED"))
         sp = "-" if not r.get("speedup") else f"{r['speedup']:.2f}x"
-        def torch_cell(ours_ms, issue_ms):
-            return fmt(ours_ms) + (f" ({issue_ms:.3f})" if issue_ms else "")
         lines.append(f"| {r['label']} | {r['pass']} | {r['batch']} | {fmt(r['ms'])} | {fmt(r['floor_ms'])} | "
                      f"{r['fraction_of_floor']:.0%} | {torch_cell(r.get('torch_eager_ms'), r.get('issue_torch_eager_ms'))} | "
                      f"{torch_cell(r.get('torch_compile_ms'), r.get('issue_torch_compile_ms'))} | "
