@@ -96,11 +96,11 @@ ForwardPlan layout_forward(const Shape& s, int in_bytes, int out_bytes, int nw, 
     return p;
 }
 
-BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw, int nw,
+BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw, int nw, int m_tiles,
                              bool resident, bool stash_smem, bool dw_smem) {
     BackwardPlan p;
     p.n_warps = nw;
-    p.rows_per_warp = 16 * kBackwardMTiles;
+    p.rows_per_warp = 16 * m_tiles;
     p.weights_resident = resident;
     p.stash_in_smem = stash_smem;
     p.dw_in_smem = dw_smem;
@@ -181,6 +181,10 @@ BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activatio
     BackwardPlan best;
     BackwardScore best_score{};
     bool found = false;
+    const int m_tiles = o.backward_m_tiles ? o.backward_m_tiles : kBackwardMTiles;
+    if (!has_backward_m_tiles(static_cast<uint32_t>(s.width), m_tiles))
+        throw UnsupportedError(msg("FullyFusedMLP: no backward kernel with ", m_tiles, " m16 tiles per warp at width ",
+                                   s.width, " on this backend (", kBackwardMTiles, " always; 2 on NVIDIA up to width 64)"));
     // Modes from fastest to most frugal: everything on chip; dW accumulators in the block's global
     // slot; the activation stash in global scratch; weights reloaded per layer. Up to 8 resident warps
     // per SM come before the first three: the backward is latency bound, and the H200 measured 8 warps
@@ -194,7 +198,8 @@ BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activatio
                     continue;
                 for (int nw : {8, 4, 2, 1}) {
                     if (o.backward_warps && nw != o.backward_warps) continue;
-                    BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, resident, stash_smem, dw_smem);
+                    BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, m_tiles, resident, stash_smem,
+                                                     dw_smem);
                     p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
                     if (p.blocks_per_sm == 0) continue;
                     const bool enough = nw * p.blocks_per_sm >= 4;

@@ -74,16 +74,18 @@ struct KernelKey {
     DType dtype;
     uint32_t width;
     bool backward, relu;
+    int m_tiles;  // backward only
     bool operator<(const KernelKey& o) const {
-        return std::tie(device, dtype, width, backward, relu) < std::tie(o.device, o.dtype, o.width, o.backward, o.relu);
+        return std::tie(device, dtype, width, backward, relu, m_tiles) <
+               std::tie(o.device, o.dtype, o.width, o.backward, o.relu, o.m_tiles);
     }
 };
 
-DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backward, bool relu) {
+DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backward, bool relu, int m_tiles = 0) {
     static std::mutex mutex;
     static std::map<KernelKey, DeviceLimits> cache;
     std::lock_guard<std::mutex> lock(mutex);
-    const KernelKey key{device, dtype, width, backward, relu};
+    const KernelKey key{device, dtype, width, backward, relu, m_tiles};
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
 
@@ -104,7 +106,7 @@ DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backwar
     d.smem_per_sm = d.smem_per_block + 1024;
     dispatch(dtype, width, [&](auto k) {
         using K = decltype(k);
-        const KernelInfo info = backward ? K::backward_info(static_cast<int>(d.smem_per_block), relu)
+        const KernelInfo info = backward ? K::backward_info(static_cast<int>(d.smem_per_block), relu, m_tiles)
                                          : K::forward_info(static_cast<int>(d.smem_per_block), relu);
         d.regs_per_thread = info.regs_per_thread;
     });
@@ -162,7 +164,8 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     gpu::DeviceGuard guard(device);
     const PlanOverride o = plan_override();
     KernelArgs a = common_args(layout, input, params, o);
-    const DeviceLimits limits = device_limits(device, dtype, layout.width, true, a.relu);
+    const int m_tiles = o.backward_m_tiles ? o.backward_m_tiles : kBackwardMTiles;
+    const DeviceLimits limits = device_limits(device, dtype, layout.width, true, a.relu, m_tiles);
     a.dy = dL_doutput.data;
     a.dy_stride = dL_doutput.stride;
     a.out_f32 = dL_doutput.dtype == DType::f32;

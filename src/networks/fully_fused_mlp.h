@@ -23,6 +23,15 @@ constexpr int kMaxWarps = 8;
 // block synchronises once per layer, uses one m16 tile per warp and more warps instead.
 constexpr int forward_m_tiles(uint32_t width) { return width <= 64 ? 2 : 1; }
 constexpr int kBackwardMTiles = 1;
+// Experiment (PlanOverride::backward_m_tiles): NVIDIA kernels also have a backward with two m16 tiles
+// per warp up to width 64 (at width 128 it spills).
+constexpr bool has_backward_m_tiles(uint32_t width, int m_tiles) {
+#if defined(TNN_WITH_HIP)
+    return m_tiles == 1;
+#else
+    return m_tiles == 1 || (m_tiles == 2 && width <= 64);
+#endif  // TNN_WITH_HIP
+}
 
 // The layer geometry of an MlpLayout in a form kernels can use. Matches MlpLayout's
 // weight_offset / bias_offset / n_params exactly (tested).
@@ -185,6 +194,7 @@ struct PlanOverride {
     int forward_warps = 0, backward_warps = 0;
     bool stream_weights = false, stash_in_global = false, dw_in_global = false;
     bool generic_kernels = false;  // ReLU / None networks too take the kernels that switch at run time
+    int backward_m_tiles = 0;      // m16 tiles per warp in the backward pass (0: kBackwardMTiles)
 };
 void set_plan_override(const PlanOverride& o);
 PlanOverride plan_override();
@@ -249,7 +259,7 @@ struct KernelInfo {
 template <typename H, int W> struct Kernels {
     // relu: the flavour compiled for ReLU hidden layers and a linear output (KernelArgs::relu).
     static KernelInfo forward_info(int max_smem, bool relu);
-    static KernelInfo backward_info(int max_smem, bool relu);
+    static KernelInfo backward_info(int max_smem, bool relu, int m_tiles);
     static void forward(const KernelArgs& args, int grid, void* stream);
     static void backward(const KernelArgs& args, int grid, void* stream);
 };

@@ -879,9 +879,9 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
         dw_units<T, 1, 1>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
 }
 
-template <typename T, int W, bool RELU>
+template <typename T, int W, bool RELU, int MT>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
-    constexpr int MT = kBackwardMTiles, RW = 16 * MT, NC = W / 16;
+    constexpr int RW = 16 * MT, NC = W / 16;
     // Row pitches (elements) known at compile time: the stash tiles and the dz tiles of the hidden
     // layers (the planner's act_stride; the dz region is planned for max(W, pout) + 8 and the top
     // layer's dz, pout columns wide, uses p.dz_stride).
@@ -1194,9 +1194,23 @@ template <typename H, int W> KernelInfo Kernels<H, W>::forward_info(int max_smem
                 : kernel_info(fully_fused_mlp_forward_kernel<device_of<H>, W, false>, max_smem);
 }
 
-template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_smem, bool relu) {
-    return relu ? kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true>, max_smem)
-                : kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, false>, max_smem);
+// Calls f(std::integral_constant<int, MT>) for the backward kernels' m16 tiles per warp.
+template <int W, class F> void with_backward_m_tiles(int m_tiles, F&& f) {
+    if (m_tiles == 2) {
+        if constexpr (has_backward_m_tiles(W, 2)) return f(std::integral_constant<int, 2>{});
+        throw UnsupportedError(msg("FullyFusedMLP: no backward kernel with 2 m16 tiles per warp at width ", W));
+    }
+    f(std::integral_constant<int, 1>{});
+}
+
+template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_smem, bool relu, int m_tiles) {
+    KernelInfo info;
+    with_backward_m_tiles<W>(m_tiles ? m_tiles : kBackwardMTiles, [&](auto mt) {
+        constexpr int MT = decltype(mt)::value;
+        info = relu ? kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT>, max_smem)
+                    : kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT>, max_smem);
+    });
+    return info;
 }
 
 template <typename H, int W> void Kernels<H, W>::forward(const KernelArgs& args, int grid, void* stream) {
@@ -1210,10 +1224,14 @@ template <typename H, int W> void Kernels<H, W>::forward(const KernelArgs& args,
 
 template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args, int grid, void* stream) {
     const auto s = static_cast<gpu_stream_t>(stream);
-    if (args.relu)
-        fully_fused_mlp_backward_kernel<device_of<H>, W, true><<<grid, args.bwd.n_warps * 32, args.bwd.smem_bytes, s>>>(args);
-    else
-        fully_fused_mlp_backward_kernel<device_of<H>, W, false><<<grid, args.bwd.n_warps * 32, args.bwd.smem_bytes, s>>>(args);
+    with_backward_m_tiles<W>(args.bwd.rows_per_warp / 16, [&](auto mt) {
+        constexpr int MT = decltype(mt)::value;
+        const dim3 block(args.bwd.n_warps * 32);
+        if (args.relu)
+            fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args);
+        else
+            fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args);
+    });
     TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_backward_kernel");
 }
 

@@ -486,6 +486,24 @@ TEST(FusedPlan, OverridesForceEachFallback) {
     check_backward_plan(s, b, d.smem_per_block, true);
 }
 
+TEST(FusedPlan, TwoMTilesPerWarpInTheBackwardUpToWidth64) {
+    // The experiment hook: 32 rows per warp, the same shared-memory layout rules; width 128 (and any
+    // width on HIP) has no such kernel and is refused with a message, never planned.
+    const auto d = h200_limits();
+    ffm::PlanOverride o;
+    o.backward_m_tiles = 2;
+    for (int w : {16, 32, 64, 128}) {
+        const ffm::Shape s = shape(w, 32, 16, 2);
+        if (!ffm::has_backward_m_tiles(static_cast<uint32_t>(w), 2)) {
+            EXPECT_THROW(ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d, o), UnsupportedError) << "width " << w;
+            continue;
+        }
+        const auto b = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d, o);
+        EXPECT_EQ(b.rows_per_warp, 32) << "width " << w;
+        check_backward_plan(s, b, d.smem_per_block, true);
+    }
+}
+
 TEST(FusedPlan, TooLargeLayerNamesTheAlternatives) {
     const auto d = h200_limits();
     const ffm::Shape s = shape(128, 2000, 16, 2);  // the first layer alone is 128 x 2008 x 2 bytes

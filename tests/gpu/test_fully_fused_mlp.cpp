@@ -324,7 +324,7 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     TNN_SKIP_WITHOUT_GPU();
     // The generic kernels run on ReLU / None networks too (override 5), and a one-block batch writes
     // dL/dparams from the kernel itself, also from accumulators in global memory (w128_batch7_bias).
-    std::vector<ffm::PlanOverride> overrides(6);
+    std::vector<ffm::PlanOverride> overrides(9);
     overrides[0].stream_weights = true;
     overrides[1].stash_in_global = true;
     overrides[2].dw_in_global = true;
@@ -332,10 +332,18 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     overrides[3].forward_warps = 2, overrides[3].backward_warps = 2;
     overrides[4].forward_warps = 1, overrides[4].backward_warps = 1;
     overrides[5].generic_kernels = true;
+    // Two m16 tiles per warp in the backward (widths <= 64 on NVIDIA): alone, with few warps, and
+    // with the global-memory fallbacks.
+    overrides[6].backward_m_tiles = 2;
+    overrides[7].backward_m_tiles = 2, overrides[7].backward_warps = 2;
+    overrides[8] = overrides[3];
+    overrides[8].backward_m_tiles = 2;
     for (const char* name :
          {"sine_sine_w64_bias_f32out", "w64_64to64_batch4099", "leaky_exponential_w16_deep5", "w128_batch7_bias"})
         for (size_t i = 0; i < overrides.size(); ++i) {
             const FusedCase& c = case_named(name);
+            if (overrides[i].backward_m_tiles && !ffm::has_backward_m_tiles(c.width, overrides[i].backward_m_tiles))
+                continue;
             const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
             const FusedData data = make_data(c, *net, 77);
             const FusedResult ref = run_reference<double>(*net, data), naive = run_naive(*net, data);
