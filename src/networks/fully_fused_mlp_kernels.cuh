@@ -1198,9 +1198,10 @@ template <typename H, int W> KernelInfo Kernels<H, W>::forward_info(int max_smem
 template <int W, class F> void with_backward_m_tiles(int m_tiles, F&& f) {
     if (m_tiles == 2) {
         if constexpr (has_backward_m_tiles(W, 2)) return f(std::integral_constant<int, 2>{});
-        throw UnsupportedError(msg("FullyFusedMLP: no backward kernel with 2 m16 tiles per warp at width ", W));
+    } else if (m_tiles == 1) {
+        return f(std::integral_constant<int, 1>{});
     }
-    f(std::integral_constant<int, 1>{});
+    throw UnsupportedError(msg("FullyFusedMLP: no backward kernel with ", m_tiles, " m16 tiles per warp at width ", W));
 }
 
 template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_smem, bool relu, int m_tiles) {
@@ -1224,7 +1225,8 @@ template <typename H, int W> void Kernels<H, W>::forward(const KernelArgs& args,
 
 template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args, int grid, void* stream) {
     const auto s = static_cast<gpu_stream_t>(stream);
-    with_backward_m_tiles<W>(args.bwd.rows_per_warp / 16, [&](auto mt) {
+    // A plan laid out for other rows per warp must not run (with_backward_m_tiles refuses 0 and > 2).
+    with_backward_m_tiles<W>(args.bwd.rows_per_warp % 16 ? 0 : args.bwd.rows_per_warp / 16, [&](auto mt) {
         constexpr int MT = decltype(mt)::value;
         const dim3 block(args.bwd.n_warps * 32);
         if (args.relu)
