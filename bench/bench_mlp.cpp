@@ -150,7 +150,7 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
                                {"variant", variant},   {"what", what}});
             std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s%s  %9.4f ms  (%s)\n", label.c_str(), pass,
                         static_cast<long long>(batch), ov.forward_warps, ov.backward_warps,
-                        ov.generic_kernels ? " generic" : "", ov.backward_m_tiles == 2 ? " bwd-mt2" : "", median(ms),
+                        ov.generic_kernels ? " generic" : "", ov.backward_m_tiles ? (ov.backward_m_tiles == 2 ? " bwd-mt2" : " bwd-mt1") : "", median(ms),
                         what.c_str());
             std::fflush(stdout);
         };
@@ -223,12 +223,15 @@ int main(int argc, char** argv) {
         }
         ffm::PlanOverride generic;
         generic.generic_kernels = true;
-        ffm::PlanOverride mt2;  // two m16 tiles per warp in the backward (the planner picks the warps)
+        // One and two m16 tiles per warp in the backward (the planner picks the warps; by default it
+        // picks the tiles too).
+        ffm::PlanOverride mt1, mt2;
+        mt1.backward_m_tiles = 1;
         mt2.backward_m_tiles = 2;
         for (const Shape& sh : {Shape{32, 64, 16, 2}, Shape{64, 64, 64, 2}, Shape{32, 128, 16, 2}, Shape{32, 16, 16, 2}}) {
             std::vector<ffm::PlanOverride> variants = sh.width == 16 ? std::vector<ffm::PlanOverride>{} : warps;
             if (sh.width == 64) variants.push_back(generic);
-            if (ffm::has_backward_m_tiles(sh.width, 2)) variants.push_back(mt2);
+            if (ffm::has_backward_m_tiles(sh.width, 2)) variants.insert(variants.end(), {mt1, mt2});
             bench_shape(sh, big, msg("variant ", sh.n_in, "->", sh.width, "->", sh.n_out), o, s, results, variants);
         }
     }

@@ -1206,7 +1206,7 @@ template <int W, class F> void with_backward_m_tiles(int m_tiles, F&& f) {
 
 template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_smem, bool relu, int m_tiles) {
     KernelInfo info;
-    with_backward_m_tiles<W>(m_tiles ? m_tiles : kBackwardMTiles, [&](auto mt) {
+    with_backward_m_tiles<W>(m_tiles, [&](auto mt) {
         constexpr int MT = decltype(mt)::value;
         info = relu ? kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT>, max_smem)
                     : kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT>, max_smem);

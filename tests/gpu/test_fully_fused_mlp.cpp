@@ -328,7 +328,7 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     // The generic kernels run on ReLU / None networks too (override 5), and a one-block batch writes
     // dL/dparams from the kernel itself, also from accumulators in global memory (w128_batch7_bias,
     // w32_batch1).
-    std::vector<ffm::PlanOverride> overrides(9);
+    std::vector<ffm::PlanOverride> overrides(10);
     overrides[0].stream_weights = true;
     overrides[1].stash_in_global = true;
     overrides[2].dw_in_global = true;
@@ -337,11 +337,13 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     overrides[4].forward_warps = 1, overrides[4].backward_warps = 1;
     overrides[5].generic_kernels = true;
     // Two m16 tiles per warp in the backward (widths <= 64 on NVIDIA): alone, with few warps, and
-    // with the global-memory fallbacks.
+    // with the global-memory fallbacks ...
     overrides[6].backward_m_tiles = 2;
     overrides[7].backward_m_tiles = 2, overrides[7].backward_warps = 2;
     overrides[8] = overrides[3];
     overrides[8].backward_m_tiles = 2;
+    // ... and one m16 tile where the planner would take two (the default of 32->64->16 and below).
+    overrides[9].backward_m_tiles = 1;
     for (const char* name :
          {"sine_sine_w64_bias_f32out", "w64_64to64_batch4099", "leaky_exponential_w16_deep5", "w128_batch7_bias",
           "w64_tail20_batch4116", "w32_batch1"})
