@@ -236,15 +236,16 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
     for (const ffm::PlanOverride& ov : overrides) {
         ffm::set_plan_override(ov);
         json variant = {{"forward_warps", ov.forward_warps}, {"backward_warps", ov.backward_warps},
-                        {"generic", ov.generic_kernels}};
+                        {"generic", ov.generic_kernels}, {"backward_m_tiles", ov.backward_m_tiles}};
         auto record = [&](const char* pass, const std::vector<double>& ms, const std::string& what) {
             results.push_back({{"label", label},       {"pass", pass},         {"n_in", sh.n_in},
                                {"width", sh.width},    {"n_out", sh.n_out},    {"hidden", sh.hidden},
                                {"batch", batch},       {"ms", median(ms)},     {"ms_rounds", ms},
                                {"variant", variant},   {"what", what}});
-            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s  %9.4f ms  (%s)\n", label.c_str(), pass,
+            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s%s  %9.4f ms  (%s)\n", label.c_str(), pass,
                         static_cast<long long>(batch), ov.forward_warps, ov.backward_warps,
-                        ov.generic_kernels ? " generic" : "", median(ms), what.c_str());
+                        ov.generic_kernels ? " generic" : "", ov.backward_m_tiles ? (ov.backward_m_tiles == 2 ? " bwd-mt2" : " bwd-mt1") : "", median(ms),
+                        what.c_str());
             std::fflush(stdout);
         };
         try {
@@ -316,9 +317,15 @@ int main(int argc, char** argv) {
         }
         ffm::PlanOverride generic;
         generic.generic_kernels = true;
-        for (const Shape& sh : {Shape{32, 64, 16, 2}, Shape{64, 64, 64, 2}, Shape{32, 128, 16, 2}}) {
-            std::vector<ffm::PlanOverride> variants = warps;
+        // One and two m16 tiles per warp in the backward (the planner picks the warps; by default it
+        // picks the tiles too).
+        ffm::PlanOverride mt1, mt2;
+        mt1.backward_m_tiles = 1;
+        mt2.backward_m_tiles = 2;
+        for (const Shape& sh : {Shape{32, 64, 16, 2}, Shape{64, 64, 64, 2}, Shape{32, 128, 16, 2}, Shape{32, 16, 16, 2}}) {
+            std::vector<ffm::PlanOverride> variants = sh.width == 16 ? std::vector<ffm::PlanOverride>{} : warps;
             if (sh.width == 64) variants.push_back(generic);
+            if (ffm::has_backward_m_tiles(sh.width, 2)) variants.insert(variants.end(), {mt1, mt2});
             bench_shape(sh, big, msg("variant ", sh.n_in, "->", sh.width, "->", sh.n_out), o, s, results, variants);
         }
     }

@@ -96,11 +96,11 @@ ForwardPlan layout_forward(const Shape& s, int in_bytes, int out_bytes, int nw, 
     return p;
 }
 
-BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw, int nw,
+BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw, int nw, int m_tiles,
                              bool resident, bool stash_smem, bool dw_smem) {
     BackwardPlan p;
     p.n_warps = nw;
-    p.rows_per_warp = 16 * kBackwardMTiles;
+    p.rows_per_warp = 16 * m_tiles;
     p.weights_resident = resident;
     p.stash_in_smem = stash_smem;
     p.dw_in_smem = dw_smem;
@@ -176,8 +176,10 @@ ForwardPlan plan_forward(const Shape& s, int in_bytes, int out_bytes, const Devi
     return best;
 }
 
-BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw,
-                           const DeviceLimits& d, const PlanOverride& o) {
+namespace {
+
+BackwardPlan plan_backward_tiles(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw,
+                                 const DeviceLimits& d, const PlanOverride& o, int m_tiles) {
     BackwardPlan best;
     BackwardScore best_score{};
     bool found = false;
@@ -194,7 +196,8 @@ BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activatio
                     continue;
                 for (int nw : {8, 4, 2, 1}) {
                     if (o.backward_warps && nw != o.backward_warps) continue;
-                    BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, resident, stash_smem, dw_smem);
+                    BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, m_tiles, resident, stash_smem,
+                                                     dw_smem);
                     p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
                     if (p.blocks_per_sm == 0) continue;
                     const bool enough = nw * p.blocks_per_sm >= 4;
@@ -204,6 +207,32 @@ BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activatio
             }
     if (!found) throw_too_large(s, "backward", d);
     return best;
+}
+
+}  // namespace
+
+BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw,
+                           const DeviceLimits& d, const PlanOverride& o, const DeviceLimits* d_mt2) {
+    const auto width = static_cast<uint32_t>(s.width);
+    if (o.backward_m_tiles) {
+        if (!has_backward_m_tiles(width, o.backward_m_tiles))
+            throw UnsupportedError(msg("FullyFusedMLP: no backward kernel with ", o.backward_m_tiles,
+                                       " m16 tiles per warp at width ", s.width,
+                                       " on this backend (1 always; 2 on NVIDIA up to width 64)"));
+        return plan_backward_tiles(s, in_bytes, dy_bytes, act, want_dw, d, o, o.backward_m_tiles);
+    }
+    const BackwardPlan one = plan_backward_tiles(s, in_bytes, dy_bytes, act, want_dw, d, o, 1);
+    if (!d_mt2 || !has_backward_m_tiles(width, 2)) return one;
+    // Two m16 tiles per warp halve the weight-fragment loads and the per-layer synchronisation per
+    // row; they pay off when the plan keeps the resident warps (up to 8 per SM), the weights and the
+    // stash on chip. H200, B = 2^21, fwd+bwd (2026-11-30): 32->64->16 0.898 vs 1.129 ms (dW then in
+    // global memory) and 32->16->16 0.387 vs 0.484 ms; 64->64->64 only fits 4 warps with two tiles
+    // and was 1.775 vs 1.548 ms.
+    const BackwardPlan two = plan_backward_tiles(s, in_bytes, dy_bytes, act, want_dw, *d_mt2, o, 2);
+    auto warps_per_sm = [](const BackwardPlan& p) { return std::min(8, p.n_warps * p.blocks_per_sm); };
+    const bool keeps = warps_per_sm(two) >= warps_per_sm(one) && two.weights_resident >= one.weights_resident &&
+                       two.stash_in_smem >= one.stash_in_smem;
+    return keeps ? two : one;
 }
 
 }  // namespace ffm

@@ -74,16 +74,18 @@ struct KernelKey {
     DType dtype;
     uint32_t width;
     bool backward, relu;
+    int m_tiles;  // backward only
     bool operator<(const KernelKey& o) const {
-        return std::tie(device, dtype, width, backward, relu) < std::tie(o.device, o.dtype, o.width, o.backward, o.relu);
+        return std::tie(device, dtype, width, backward, relu, m_tiles) <
+               std::tie(o.device, o.dtype, o.width, o.backward, o.relu, o.m_tiles);
     }
 };
 
-DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backward, bool relu) {
+DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backward, bool relu, int m_tiles = 1) {
     static std::mutex mutex;
     static std::map<KernelKey, DeviceLimits> cache;
     std::lock_guard<std::mutex> lock(mutex);
-    const KernelKey key{device, dtype, width, backward, relu};
+    const KernelKey key{device, dtype, width, backward, relu, m_tiles};
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
 
@@ -104,7 +106,7 @@ DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backwar
     d.smem_per_sm = d.smem_per_block + 1024;
     dispatch(dtype, width, [&](auto k) {
         using K = decltype(k);
-        const KernelInfo info = backward ? K::backward_info(static_cast<int>(d.smem_per_block), relu)
+        const KernelInfo info = backward ? K::backward_info(static_cast<int>(d.smem_per_block), relu, m_tiles)
                                          : K::forward_info(static_cast<int>(d.smem_per_block), relu);
         d.regs_per_thread = info.regs_per_thread;
     });
@@ -162,7 +164,11 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     gpu::DeviceGuard guard(device);
     const PlanOverride o = plan_override();
     KernelArgs a = common_args(layout, input, params, o);
-    const DeviceLimits limits = device_limits(device, dtype, layout.width, true, a.relu);
+    // The limits of the kernel the override names, else of both kernels the planner chooses from.
+    const int m_tiles = o.backward_m_tiles ? o.backward_m_tiles : 1;
+    const DeviceLimits limits = device_limits(device, dtype, layout.width, true, a.relu, m_tiles);
+    const bool try_mt2 = !o.backward_m_tiles && has_backward_m_tiles(layout.width, 2);
+    const DeviceLimits limits_mt2 = try_mt2 ? device_limits(device, dtype, layout.width, true, a.relu, 2) : DeviceLimits{};
     a.dy = dL_doutput.data;
     a.dy_stride = dL_doutput.stride;
     a.out_f32 = dL_doutput.dtype == DType::f32;
@@ -172,7 +178,8 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         a.dx = dL_dinput->data;
         a.dx_stride = dL_dinput->stride;
     }
-    a.bwd = plan_backward(a.shape, a.in_f32 ? 4 : 2, dy_bytes, layout.activation, dL_dparams != nullptr, limits, o);
+    a.bwd = plan_backward(a.shape, a.in_f32 ? 4 : 2, dy_bytes, layout.activation, dL_dparams != nullptr, limits, o,
+                          try_mt2 ? &limits_mt2 : nullptr);
     const int64_t n_params = a.shape.n_params();
     int grid = grid_size(a.rows, int64_t(a.bwd.n_warps) * a.bwd.rows_per_warp, gpu::device_properties(device).sm_count,
                          a.bwd.blocks_per_sm);

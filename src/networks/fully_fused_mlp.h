@@ -19,10 +19,17 @@ constexpr bool is_supported_width(uint32_t w) { return w == 16 || w == 32 || w =
 constexpr int kMaxWarps = 8;
 
 // Rows one warp owns per tile: the forward kernel keeps MT = 2 m16 tiles per warp below width
-// 128 (each weight fragment read from shared memory feeds two MMAs); the backward kernel, whose
-// block synchronises once per layer, uses one m16 tile per warp and more warps instead.
+// 128 (each weight fragment read from shared memory feeds two MMAs). The backward kernel has one
+// m16 tile per warp everywhere and, on NVIDIA up to width 64, also two (at width 128 it would spill);
+// plan_backward picks two where the plan keeps as many resident warps and as much on chip.
 constexpr int forward_m_tiles(uint32_t width) { return width <= 64 ? 2 : 1; }
-constexpr int kBackwardMTiles = 1;
+constexpr bool has_backward_m_tiles(uint32_t width, int m_tiles) {
+#if defined(TNN_WITH_HIP)
+    return m_tiles == 1;
+#else
+    return m_tiles == 1 || (m_tiles == 2 && width <= 64);
+#endif  // TNN_WITH_HIP
+}
 
 // The layer geometry of an MlpLayout in a form kernels can use. Matches MlpLayout's
 // weight_offset / bias_offset / n_params exactly (tested).
@@ -185,6 +192,7 @@ struct PlanOverride {
     int forward_warps = 0, backward_warps = 0;
     bool stream_weights = false, stash_in_global = false, dw_in_global = false;
     bool generic_kernels = false;  // ReLU / None networks too take the kernels that switch at run time
+    int backward_m_tiles = 0;      // m16 tiles per warp in the backward pass (1 or 2)
 };
 void set_plan_override(const PlanOverride& o);
 PlanOverride plan_override();
@@ -192,8 +200,10 @@ PlanOverride plan_override();
 // Both throw UnsupportedError naming the limit and the alternatives when nothing fits.
 ForwardPlan plan_forward(const Shape& s, int in_bytes, int out_bytes, const DeviceLimits& d,
                          const PlanOverride& o = {});
+// d_mt2: the limits of the two-m16-tile backward kernel (its registers differ), when the caller
+// has that kernel; null plans one tile per warp unless the override asks for two (then d is theirs).
 BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw,
-                           const DeviceLimits& d, const PlanOverride& o = {});
+                           const DeviceLimits& d, const PlanOverride& o = {}, const DeviceLimits* d_mt2 = nullptr);
 
 // ---- Kernel arguments (one struct for every kernel; passed by value as a __grid_constant__).
 struct KernelArgs {
@@ -249,7 +259,7 @@ struct KernelInfo {
 template <typename H, int W> struct Kernels {
     // relu: the flavour compiled for ReLU hidden layers and a linear output (KernelArgs::relu).
     static KernelInfo forward_info(int max_smem, bool relu);
-    static KernelInfo backward_info(int max_smem, bool relu);
+    static KernelInfo backward_info(int max_smem, bool relu, int m_tiles);
     static void forward(const KernelArgs& args, int grid, void* stream);
     static void backward(const KernelArgs& args, int grid, void* stream);
 };

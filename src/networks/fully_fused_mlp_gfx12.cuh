@@ -437,7 +437,7 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
 template <typename T, int W>
 __global__ void __launch_bounds__(kMaxWarps * kLanes) fully_fused_mlp_gfx12_backward_kernel(const KernelArgs args) {
 #if defined(TNN_FFM_GFX12_BODY)
-    constexpr int MT = kBackwardMTiles, RW = 16 * MT, NC = W / 16;
+    constexpr int MT = 1, RW = 16 * MT, NC = W / 16;  // has_backward_m_tiles: one m16 tile on HIP
     extern __shared__ __align__(16) char smem[];
     const BackwardPlan& p = args.bwd;
     const Shape& s = args.shape;
@@ -691,7 +691,7 @@ template <typename H, int W> KernelInfo Kernels<H, W>::forward_info(int, bool) {
     return KernelInfo{a.numRegs, int(a.localSizeBytes)};
 }
 
-template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int, bool) {
+template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int, bool, int) {
     auto* k = gfx12::fully_fused_mlp_gfx12_backward_kernel<device_of<H>, W>;
     gpu_func_attributes_t a;
     TNN_GPU_CHECK(gpu_func_get_attributes(&a, k));
@@ -709,9 +709,9 @@ template <typename H, int W> void Kernels<H, W>::forward(const KernelArgs& args,
 }
 
 template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args, int grid, void* stream) {
-    if (args.bwd.rows_per_warp != 16 * kBackwardMTiles)
+    if (args.bwd.rows_per_warp != 16)
         throw Error(msg("FullyFusedMLP (gfx12): the backward plan's ", args.bwd.rows_per_warp,
-                        " rows per wavefront do not match the kernel's ", 16 * kBackwardMTiles));
+                        " rows per wavefront do not match the kernel's 16"));
     gfx12::check_plan_strides("backward", {args.bwd.x_stride, args.bwd.act_stride, args.bwd.dz_stride});
     gfx12::fully_fused_mlp_gfx12_backward_kernel<device_of<H>, W>
         <<<grid, args.bwd.n_warps * gfx12::kLanes, args.bwd.smem_bytes, static_cast<gpu_stream_t>(stream)>>>(args);

@@ -683,13 +683,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, RELU ? 2 : 1)
 // Backward kernel.
 // ============================================================================================
 
-// Backward's recomputed hidden layer, chunk c: a = f(z) goes to the next layer's A fragments and to
-// the stash tile (rows of this warp); f'(z) too when it cannot be read off a later.
+// Backward's recomputed hidden layer, chunk c: a = f(z) goes to the next layer's A fragments (the
+// caller stores the layer's a to the stash, store_a_tile); f'(z) goes to its stash tile when it cannot
+// be read off a later.
 template <typename T, Activation ACT, int MT, int NC>
 __device__ __forceinline__ void hidden_chunk_to_stash(const float (&acc)[MT][2][4], uint32_t (&next)[MT][NC][4], int c,
-                                                      int lane, T* a_tile, T* d_tile, int stride) {
-    pack_chunk<T>(acc, next, c, lane, [](float z) { return act_fwd<ACT>(z); },
-                  [&](int row, int col, int, uint32_t v) { *reinterpret_cast<uint32_t*>(a_tile + row * stride + col) = v; });
+                                                      int lane, T* d_tile, int stride) {
+    pack_chunk<T>(acc, next, c, lane, [](float z) { return act_fwd<ACT>(z); }, [](int, int, int, uint32_t) {});
     if constexpr (!derivative_from_output(ACT)) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -702,6 +702,23 @@ __device__ __forceinline__ void hidden_chunk_to_stash(const float (&acc)[MT][2][
                              act_deriv<ACT>(acc[m][j][mma::handoff_c_elem(r, 1)]));
             }
     }
+}
+
+// Stores a layer's activations, held as A fragments, into this warp's rows of a stash tile. Called
+// with a pointer derived from the kernel's shared-memory array (the compiler then emits shared
+// stores) or with a global one; a pointer that may be either compiles to generic accesses, which the
+// profile showed waiting on the long scoreboard.
+template <typename T, int MT, int NC>
+__device__ __forceinline__ void store_a_tile(const uint32_t (&a)[MT][NC][4], T* tile, int stride, int lane) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const mma::Coord rc = mma::a_frag_coord(lane, r, 0);
+                *reinterpret_cast<uint32_t*>(tile + (16 * m + rc.row) * stride + 16 * c + rc.col) = a[m][c][r];
+            }
 }
 
 // Output layer of the backward pass, chunk c: dz = round_T(dL/dy * f_out'(z)) into the dz tile
@@ -772,12 +789,30 @@ __device__ __forceinline__ void chain_chunk_to_dz(const float (&acc)[MT][2][4], 
         }
 }
 
+// A layer's weight-gradient accumulators: in shared memory (smem, derived from the kernel's shared
+// array so that the read-modify-writes compile to shared loads and stores) or in the block's global
+// slot.
+struct DwTarget {
+    bool in_smem;
+    float* smem;
+    float* global;
+    __device__ DwTarget offset(int64_t o) const { return {in_smem, smem + o, global + o}; }
+};
+__device__ __forceinline__ void add4(float* p, const float (&a)[4]) {
+    float4 v = *reinterpret_cast<float4*>(p);
+    v.x += a[0];
+    v.y += a[1];
+    v.z += a[2];
+    v.w += a[3];
+    *reinterpret_cast<float4*>(p) = v;
+}
+
 // dW[out][in] += DZ^T * ACT over the tile's R rows for this warp's share of (MU x 16) x (NU x 16)
 // units; bias[out] += column sums of DZ (an extra MMA against a B of ones) in the units that hold
 // input columns 0..15. DZ: [R][dz_stride] rows of dz, ACT: [R][act_stride] rows of the layer input.
 template <typename T, int MU, int NU>
 __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* act, int act_stride, int out, int in, int R,
-                                         float* dw, float* db, int lane, int warp, int nw) {
+                                         const DwTarget& dw, float* db, int lane, int warp, int nw) {
     const int n_units_n = in / (16 * NU), units = (out / (16 * MU)) * n_units_n;
     const uint32_t a_lane = smem_addr(dz) + x4_offset(lane, X4Pattern::kColsFirst, dz_stride * 2);
     const uint32_t b_lane = smem_addr(act) + x4_offset(lane, X4Pattern::kRowsFirst, act_stride * 2);
@@ -817,13 +852,9 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
 #pragma unroll
             for (int j = 0; j < 2 * NU; ++j) {
                 const int mt = m0 / 16 + mu, nt = n0 / 8 + j;
-                float4* d = reinterpret_cast<float4*>(dw + ((int64_t(mt) * (in / 8) + nt) * 32 + lane) * 4);
-                float4 v = *d;
-                v.x += acc[mu][j][0];
-                v.y += acc[mu][j][1];
-                v.z += acc[mu][j][2];
-                v.w += acc[mu][j][3];
-                *d = v;
+                const int64_t o = ((int64_t(mt) * (in / 8) + nt) * 32 + lane) * 4;
+                if (dw.in_smem) add4(dw.smem + o, acc[mu][j]);
+                else add4(dw.global + o, acc[mu][j]);
             }
             if (with_bias && t == 0) {  // every column of the ones-product holds the row sum
                 db[m0 + 16 * mu + gq] += accb[mu][0];
@@ -836,7 +867,7 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
 // Picks the largest unit that still gives every warp work (runtime shape -> compile-time tile).
 template <typename T>
 __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* act, int act_stride, int out, int in, int R,
-                                         float* dw, float* db, int lane, int warp, int nw) {
+                                         const DwTarget& dw, float* db, int lane, int warp, int nw) {
     auto units = [&](int mu, int nu) { return (out % (16 * mu) || in % (16 * nu)) ? 0 : (out / (16 * mu)) * (in / (16 * nu)); };
     if (units(2, 2) >= nw)
         dw_units<T, 2, 2>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
@@ -848,9 +879,9 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
         dw_units<T, 1, 1>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
 }
 
-template <typename T, int W, bool RELU>
+template <typename T, int W, bool RELU, int MT>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
-    constexpr int MT = kBackwardMTiles, RW = 16 * MT, NC = W / 16;
+    constexpr int RW = 16 * MT, NC = W / 16;
     // Row pitches (elements) known at compile time: the stash tiles and the dz tiles of the hidden
     // layers (the planner's act_stride; the dz region is planned for max(W, pout) + 8 and the top
     // layer's dz, pout columns wide, uses p.dz_stride).
@@ -869,11 +900,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
     T* X = reinterpret_cast<T*>(smem + p.off_x);
     T* stash = p.stash_in_smem ? reinterpret_cast<T*>(smem + p.off_stash)
                                : reinterpret_cast<T*>(static_cast<char*>(args.stash) + blockIdx.x * p.stash_bytes_per_block);
+    // The same, typed by where it is (see store_a_tile): one of them is used.
+    T* const stash_smem = reinterpret_cast<T*>(smem + p.off_stash);
+    T* const stash_global = reinterpret_cast<T*>(static_cast<char*>(args.stash) + blockIdx.x * p.stash_bytes_per_block);
     T* awork = reinterpret_cast<T*>(smem + p.off_awork);
     T* DZ = reinterpret_cast<T*>(smem + p.off_dz);
     float* dw = p.dw_in_smem ? reinterpret_cast<float*>(smem + p.off_dw) : args.dw_partials + blockIdx.x * s.n_params();
+    const DwTarget dw_target{p.dw_in_smem, reinterpret_cast<float*>(smem + p.off_dw),
+                             args.dw_partials + blockIdx.x * s.n_params()};
     const int64_t tile_elems = int64_t(R) * p.act_stride, dz_elems = int64_t(R) * p.dz_stride;
-    auto stash_a = [&](int l) { return stash + (int64_t(l) * p.n_stashes) * tile_elems; };
     auto stash_d = [&](int l) { return stash + (int64_t(l) * p.n_stashes + 1) * tile_elems; };
     const char* in_base = static_cast<const char*>(args.in);
     const char* dy_base = static_cast<const char*>(args.dy);
@@ -930,44 +965,47 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
 
         // ---- Recomputed forward pass; a (and f'(z)) of hidden layers go to the stash.
         uint32_t h[MT][NC][4];
-        auto stash_tiles = [&](int l, T*& a_tile, T*& d_tile) {
-            a_tile = stash_a(l) + wrow * AS;
-            d_tile = p.n_stashes > 1 ? stash_d(l) + wrow * AS : nullptr;
+        auto stash_d_tile = [&](int l) { return p.n_stashes > 1 ? stash_d(l) + wrow * AS : nullptr; };
+        // Layer l's activations (A fragments) -> this warp's rows of its stash tile.
+        auto stash_layer = [&](int l, const uint32_t (&a)[MT][NC][4]) {
+            const int64_t o = (int64_t(l) * p.n_stashes) * tile_elems + wrow * AS;
+            if (p.stash_in_smem) store_a_tile<T>(a, stash_smem + o, AS, lane);
+            else store_a_tile<T>(a, stash_global + o, AS, lane);
         };
         const uint32_t x_addr = smem_addr(X + wrow * p.x_stride) + x4_offset(lane, X4Pattern::kRowsFirst, p.x_stride * 2);
         {
             const LayerSlot w = layer_slot(ensure_layer(0), s.pin, W, s.bias, lane);
-            T *at, *dt;
-            stash_tiles(0, at, dt);
+            T* dt = stash_d_tile(0);
             if constexpr (kLayer0AllChunks<RELU, W>) {  // all chunks at once (k outermost), then the epilogues
                 float acc[NC][MT][2][4];
                 first_layer<T>(acc, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
 #pragma unroll
-                for (int c = 0; c < NC; ++c) hidden_chunk_to_stash<T, Activation::ReLU>(acc[c], h, c, lane, at, dt, AS);
+                for (int c = 0; c < NC; ++c) hidden_chunk_to_stash<T, Activation::ReLU>(acc[c], h, c, lane, dt, AS);
             } else {
 #pragma unroll
                 for (int c = 0; c < NC; ++c) {
                     float acc[MT][2][4];
                     first_layer_chunk<T>(acc, c, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
                     with_activation(args.act, [&](auto A) {
-                        hidden_chunk_to_stash<T, decltype(A)::value>(acc, h, c, lane, at, dt, AS);
+                        hidden_chunk_to_stash<T, decltype(A)::value>(acc, h, c, lane, dt, AS);
                     });
                 }
             }
+            stash_layer(0, h);
         }
         for (int l = 1; l < L; ++l) {
             const LayerSlot w = layer_slot(ensure_layer(l), W, W, s.bias, lane);
-            T *at, *dt;
-            stash_tiles(l, at, dt);
+            T* dt = stash_d_tile(l);
             uint32_t h2[MT][NC][4];
 #pragma unroll
             for (int c = 0; c < NC; ++c) {
                 float acc[MT][2][4];
                 hidden_chunk<T>(acc, c, h, w, lane);
                 with_hidden_activation<RELU>(args.act, [&](auto A) {
-                    hidden_chunk_to_stash<T, decltype(A)::value>(acc, h2, c, lane, at, dt, AS);
+                    hidden_chunk_to_stash<T, decltype(A)::value>(acc, h2, c, lane, dt, AS);
                 });
             }
+            stash_layer(l, h2);
 #pragma unroll
             for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -1000,10 +1038,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
             const T* act_src = X;
             if (l > 0) {
                 if (p.stash_in_smem) {
-                    act_src = stash_a(l - 1);
+                    act_src = stash_smem + (int64_t(l - 1) * p.n_stashes) * tile_elems;
                 } else {  // copy this warp's rows of a_{l-1} from the global stash into shared memory
                     T* aw = awork + (l & 1) * tile_elems;
-                    const T* src = stash_a(l - 1);
+                    const T* src = stash_global + (int64_t(l - 1) * p.n_stashes) * tile_elems;
                     const int q = W / 8;
                     for (int i = lane; i < RW * q; i += 32) {
                         const int r = i / q, c = (i - r * q) * 8;
@@ -1016,7 +1054,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
             __syncthreads();
             if (want_dw) {
                 // One call per kind of layer, so that the hidden layers' pitches and sizes are constants.
-                float* dwl = dw + s.weight_offset(l);
+                const DwTarget dwl = dw_target.offset(s.weight_offset(l));
                 float* dbl = s.bias ? dw + s.bias_offset(l) : nullptr;
                 if (l == L) dw_layer<T>(dz_cur, p.dz_stride, act_src, AS, out, W, R, dwl, dbl, lane, warp, nw);
                 else if (l > 0) dw_layer<T>(dz_cur, DS, act_src, AS, W, W, R, dwl, dbl, lane, warp, nw);
@@ -1042,10 +1080,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
             if (l > 0) {
                 // dz_{l-1} = round_T(dL/da_{l-1} * f'(z_{l-1})): f' from the stash.
                 T* dz_next = DZ + ((l - 1) & 1) * dz_elems;
-                const T* a_prev = stash_a(l - 1);
                 const T* d_prev = stash_d(l - 1);
                 uint32_t dzn[MT][NC][4];
-                const T* at = a_prev + wrow * AS;
+                // a_{l-1} from shared memory in both stash modes (act_src: the stash or this layer's copy).
+                const T* at = act_src + wrow * AS;
                 const T* dt = p.n_stashes > 1 ? d_prev + wrow * AS : nullptr;
                 T* zt = dz_next + wrow * DS;
                 auto to_dz = [&](int c, const float (&acc)[MT][2][4]) {
@@ -1156,9 +1194,24 @@ template <typename H, int W> KernelInfo Kernels<H, W>::forward_info(int max_smem
                 : kernel_info(fully_fused_mlp_forward_kernel<device_of<H>, W, false>, max_smem);
 }
 
-template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_smem, bool relu) {
-    return relu ? kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true>, max_smem)
-                : kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, false>, max_smem);
+// Calls f(std::integral_constant<int, MT>) for the backward kernels' m16 tiles per warp.
+template <int W, class F> void with_backward_m_tiles(int m_tiles, F&& f) {
+    if (m_tiles == 2) {
+        if constexpr (has_backward_m_tiles(W, 2)) return f(std::integral_constant<int, 2>{});
+    } else if (m_tiles == 1) {
+        return f(std::integral_constant<int, 1>{});
+    }
+    throw UnsupportedError(msg("FullyFusedMLP: no backward kernel with ", m_tiles, " m16 tiles per warp at width ", W));
+}
+
+template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_smem, bool relu, int m_tiles) {
+    KernelInfo info;
+    with_backward_m_tiles<W>(m_tiles, [&](auto mt) {
+        constexpr int MT = decltype(mt)::value;
+        info = relu ? kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT>, max_smem)
+                    : kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT>, max_smem);
+    });
+    return info;
 }
 
 template <typename H, int W> void Kernels<H, W>::forward(const KernelArgs& args, int grid, void* stream) {
@@ -1172,10 +1225,15 @@ template <typename H, int W> void Kernels<H, W>::forward(const KernelArgs& args,
 
 template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args, int grid, void* stream) {
     const auto s = static_cast<gpu_stream_t>(stream);
-    if (args.relu)
-        fully_fused_mlp_backward_kernel<device_of<H>, W, true><<<grid, args.bwd.n_warps * 32, args.bwd.smem_bytes, s>>>(args);
-    else
-        fully_fused_mlp_backward_kernel<device_of<H>, W, false><<<grid, args.bwd.n_warps * 32, args.bwd.smem_bytes, s>>>(args);
+    // A plan laid out for other rows per warp must not run (with_backward_m_tiles refuses 0 and > 2).
+    with_backward_m_tiles<W>(args.bwd.rows_per_warp % 16 ? 0 : args.bwd.rows_per_warp / 16, [&](auto mt) {
+        constexpr int MT = decltype(mt)::value;
+        const dim3 block(args.bwd.n_warps * 32);
+        if (args.relu)
+            fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args);
+        else
+            fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args);
+    });
     TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_backward_kernel");
 }
 

@@ -486,6 +486,47 @@ TEST(FusedPlan, OverridesForceEachFallback) {
     check_backward_plan(s, b, d.smem_per_block, true);
 }
 
+TEST(FusedPlan, BackwardTakesTwoMTilesPerWarpOnlyWhenNothingMovesOffChip) {
+    // With the two-tile kernel's limits given, the planner takes it where it keeps the resident warps
+    // (up to 8 per SM), the weights and the stash on chip (the dW accumulators may move to global
+    // memory): 32->64->16 and 32->16->16, measured faster; 64->64->64 would drop to 4 warps per SM
+    // (measured slower) and width 128 has no such kernel. Registers: ptxas -v of the sm_90 ReLU kernels.
+    struct Case {
+        int w, n_in, n_out, regs1, regs2, expect_tiles;
+    };
+    for (const Case& c : {Case{64, 32, 16, 152, 209, 2}, Case{16, 32, 16, 106, 116, 2}, Case{32, 32, 16, 142, 150, 2},
+                          Case{64, 64, 64, 152, 209, 1}, Case{128, 32, 16, 222, 222, 1}}) {
+        const ffm::Shape s = shape(c.w, c.n_in, c.n_out, 2);
+        const auto d1 = h200_limits(c.regs1), d2 = h200_limits(c.regs2);
+        const auto b = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d1, {}, &d2);
+        const int expect = ffm::has_backward_m_tiles(static_cast<uint32_t>(c.w), 2) ? c.expect_tiles : 1;
+        EXPECT_EQ(b.rows_per_warp, 16 * expect) << c.n_in << "->" << c.w << "->" << c.n_out;
+        check_backward_plan(s, b, d1.smem_per_block, true);
+        EXPECT_TRUE(b.weights_resident && b.stash_in_smem);
+        EXPECT_GE(b.n_warps * b.blocks_per_sm, 8) << c.n_in << "->" << c.w << "->" << c.n_out;
+        // Without the second kernel's limits (HIP, or an override naming one tile) the plan has one tile.
+        EXPECT_EQ(ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d1).rows_per_warp, 16);
+    }
+}
+
+TEST(FusedPlan, TwoMTilesPerWarpInTheBackwardUpToWidth64) {
+    // The experiment hook: 32 rows per warp, the same shared-memory layout rules; width 128 (and any
+    // width on HIP) has no such kernel and is refused with a message, never planned.
+    const auto d = h200_limits();
+    ffm::PlanOverride o;
+    o.backward_m_tiles = 2;
+    for (int w : {16, 32, 64, 128}) {
+        const ffm::Shape s = shape(w, 32, 16, 2);
+        if (!ffm::has_backward_m_tiles(static_cast<uint32_t>(w), 2)) {
+            EXPECT_THROW(ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d, o), UnsupportedError) << "width " << w;
+            continue;
+        }
+        const auto b = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d, o);
+        EXPECT_EQ(b.rows_per_warp, 32) << "width " << w;
+        check_backward_plan(s, b, d.smem_per_block, true);
+    }
+}
+
 TEST(FusedPlan, TooLargeLayerNamesTheAlternatives) {
     const auto d = h200_limits();
     const ffm::Shape s = shape(128, 2000, 16, 2);  // the first layer alone is 128 x 2008 x 2 bytes

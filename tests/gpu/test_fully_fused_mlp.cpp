@@ -44,6 +44,9 @@ const std::vector<FusedCase>& fused_cases() {
         {"w32_batch1", 3, 4, 32, 2, "ReLU", "None", true, 1, false, false, false, true},
         {"w16_batch7_one_output", 3, 1, 16, 1, "ReLU", "ReLU", false, 7, false, false, false, true},
         {"w128_batch7_bias", 5, 2, 128, 1, "ReLU", "None", true, 7, true, true, false, true},
+        // 4116 = 128 * 32 + 20: with 32 rows per warp (two m16 tiles) the last warp's second tile is
+        // partly valid.
+        {"w64_tail20_batch4116", 32, 16, 64, 2, "ReLU", "None", false, 4116, false, false, false, true},
         // Activations (hidden and output), with their gradients.
         {"sine_sine_w64_bias_f32out", 3, 3, 64, 3, "Sine", "Sine", true, 1000, false, true, false, false},
         {"silu_silu_w32_16bit_io", 5, 4, 32, 2, "SiLU", "SiLU", true, 1000, true, false, false, false},
@@ -323,8 +326,9 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     // activation stash in global memory, weight-gradient accumulators in global memory, few warps.
     TNN_SKIP_WITHOUT_GPU();
     // The generic kernels run on ReLU / None networks too (override 5), and a one-block batch writes
-    // dL/dparams from the kernel itself, also from accumulators in global memory (w128_batch7_bias).
-    std::vector<ffm::PlanOverride> overrides(6);
+    // dL/dparams from the kernel itself, also from accumulators in global memory (w128_batch7_bias,
+    // w32_batch1).
+    std::vector<ffm::PlanOverride> overrides(10);
     overrides[0].stream_weights = true;
     overrides[1].stash_in_global = true;
     overrides[2].dw_in_global = true;
@@ -332,10 +336,21 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     overrides[3].forward_warps = 2, overrides[3].backward_warps = 2;
     overrides[4].forward_warps = 1, overrides[4].backward_warps = 1;
     overrides[5].generic_kernels = true;
+    // Two m16 tiles per warp in the backward (widths <= 64 on NVIDIA): alone, with few warps, and
+    // with the global-memory fallbacks ...
+    overrides[6].backward_m_tiles = 2;
+    overrides[7].backward_m_tiles = 2, overrides[7].backward_warps = 2;
+    overrides[8] = overrides[3];
+    overrides[8].backward_m_tiles = 2;
+    // ... and one m16 tile where the planner would take two (the default of 32->64->16 and below).
+    overrides[9].backward_m_tiles = 1;
     for (const char* name :
-         {"sine_sine_w64_bias_f32out", "w64_64to64_batch4099", "leaky_exponential_w16_deep5", "w128_batch7_bias"})
+         {"sine_sine_w64_bias_f32out", "w64_64to64_batch4099", "leaky_exponential_w16_deep5", "w128_batch7_bias",
+          "w64_tail20_batch4116", "w32_batch1"})
         for (size_t i = 0; i < overrides.size(); ++i) {
             const FusedCase& c = case_named(name);
+            if (overrides[i].backward_m_tiles && !ffm::has_backward_m_tiles(c.width, overrides[i].backward_m_tiles))
+                continue;
             const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
             const FusedData data = make_data(c, *net, 77);
             const FusedResult ref = run_reference<double>(*net, data), naive = run_naive(*net, data);
