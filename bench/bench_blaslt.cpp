@@ -7,6 +7,7 @@
 //                --depth 2 [--n_in 32] [--n_out 16] [--grid] [--rounds 5] [--round_ms 10] --out FILE.json
 #include <tnn/tnn.h>
 
+#include "bench_timing.h"
 #include "gpu/allocator.h"
 #include "gpu/gpu.h"
 
@@ -21,12 +22,6 @@
 #include <string>
 #include <vector>
 
-// Event timing is only needed here; mapped like gpu.h does, for both vendors.
-#if defined(TNN_WITH_HIP)
-#define gpu_event_elapsed_time hipEventElapsedTime
-#else
-#define gpu_event_elapsed_time cudaEventElapsedTime
-#endif  // TNN_WITH_HIP
 
 using namespace tnn;
 
@@ -94,12 +89,9 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
-double median(std::vector<double> v) {
-    if (v.empty()) return NAN;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::capture;
+using bench::median;
+using bench::Timer;
 
 // Host data in fp32 converted to `t` and copied to the GPU.
 Tensor device_tensor(const std::vector<float>& host, int64_t rows, int64_t cols, DType t, const Stream& s) {
@@ -111,31 +103,6 @@ Tensor device_tensor(const std::vector<float>& host, int64_t rows, int64_t cols,
     convert(s, g.view(), out.view());
     return out;
 }
-
-class Timer {
-public:
-    Timer() {
-        TNN_GPU_CHECK(gpu_event_create_with_flags(&m_start, 0));
-        TNN_GPU_CHECK(gpu_event_create_with_flags(&m_stop, 0));
-    }
-    ~Timer() {
-        (void)gpu_event_destroy(m_start);
-        (void)gpu_event_destroy(m_stop);
-    }
-    // GPU milliseconds of `launches` launches of a graph.
-    double time_graph(gpu_graph_exec_t exec, gpu_stream_t s, int launches) {
-        TNN_GPU_CHECK(gpu_event_record(m_start, s));
-        for (int i = 0; i < launches; ++i) TNN_GPU_CHECK(gpu_graph_launch(exec, s));
-        TNN_GPU_CHECK(gpu_event_record(m_stop, s));
-        TNN_GPU_CHECK(gpu_stream_synchronize(s));
-        float ms = 0;
-        TNN_GPU_CHECK(gpu_event_elapsed_time(&ms, m_start, m_stop));
-        return ms;
-    }
-
-private:
-    gpu_event_t m_start = nullptr, m_stop = nullptr;
-};
 
 // A graph of `inner` back-to-back calls, launched `launches` times per measurement.
 struct Measured {
@@ -174,24 +141,6 @@ void run_train(Workload& w, const Stream& s, const Tensor& x) {
     auto ctx = w.model->forward(s, x.view(), w.y.view(), w.params.data(), false);
     w.model->backward(s, *ctx, x.view(), w.y.view(), w.dy.view(), nullptr, w.dparams.data(), w.params.data(),
                       GradMode::overwrite);
-}
-
-template <typename F> gpu_graph_exec_t capture(const Stream& s, int inner, F&& body) {
-    const gpu_stream_t native = gpu::native_stream(s);
-    gpu_graph_t graph = nullptr;
-    TNN_GPU_CHECK(gpu_stream_begin_capture(native, gpu_stream_capture_mode_thread_local));
-    try {
-        for (int i = 0; i < inner; ++i) body();
-    } catch (...) {
-        (void)gpu_stream_end_capture(native, &graph);
-        if (graph) (void)gpu_graph_destroy(graph);
-        throw;
-    }
-    TNN_GPU_CHECK(gpu_stream_end_capture(native, &graph));
-    gpu_graph_exec_t exec = nullptr;
-    TNN_GPU_CHECK(gpu_graph_instantiate(&exec, graph));
-    TNN_GPU_CHECK(gpu_graph_destroy(graph));
-    return exec;
 }
 
 // Calibrates `inner` (calls per graph: at least ~1 ms of GPU work, so launch gaps do not count) and

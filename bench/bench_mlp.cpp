@@ -13,6 +13,7 @@
 // (events around back-to-back steps, batches >= 2^16 only): GPU optimizer steps refuse graph capture.
 #include <tnn/tnn.h>
 
+#include "bench_timing.h"
 #include "gpu/gpu.h"
 #include "networks/fully_fused_mlp.h"
 
@@ -25,14 +26,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#ifndef gpu_event_elapsed_time
-#if defined(TNN_WITH_HIP)
-#define gpu_event_elapsed_time hipEventElapsedTime
-#else
-#define gpu_event_elapsed_time cudaEventElapsedTime
-#endif  // TNN_WITH_HIP
-#endif  // gpu_event_elapsed_time
 
 using namespace tnn;
 
@@ -73,101 +66,14 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
-class Timer {
-public:
-    Timer() {
-        TNN_GPU_CHECK(gpu_event_create_with_flags(&m_start, 0));
-        TNN_GPU_CHECK(gpu_event_create_with_flags(&m_stop, 0));
-    }
-    ~Timer() {
-        (void)gpu_event_destroy(m_start);
-        (void)gpu_event_destroy(m_stop);
-    }
-    double time_graph(gpu_graph_exec_t exec, gpu_stream_t s, int launches) {
-        TNN_GPU_CHECK(gpu_event_record(m_start, s));
-        for (int i = 0; i < launches; ++i) TNN_GPU_CHECK(gpu_graph_launch(exec, s));
-        TNN_GPU_CHECK(gpu_event_record(m_stop, s));
-        TNN_GPU_CHECK(gpu_stream_synchronize(s));
-        float ms = 0;
-        TNN_GPU_CHECK(gpu_event_elapsed_time(&ms, m_start, m_stop));
-        return ms;
-    }
+using bench::median;
 
-    // GPU milliseconds of whatever f enqueues on s (eagerly).
-    template <typename F> double time(gpu_stream_t s, F&& f) {
-        TNN_GPU_CHECK(gpu_event_record(m_start, s));
-        f();
-        TNN_GPU_CHECK(gpu_event_record(m_stop, s));
-        TNN_GPU_CHECK(gpu_stream_synchronize(s));
-        float ms = 0;
-        TNN_GPU_CHECK(gpu_event_elapsed_time(&ms, m_start, m_stop));
-        return ms;
-    }
-
-private:
-    gpu_event_t m_start = nullptr, m_stop = nullptr;
-};
-
-template <typename F> gpu_graph_exec_t capture(const Stream& s, int inner, F&& body) {
-    const gpu_stream_t native = gpu::native_stream(s);
-    gpu_graph_t graph = nullptr;
-    TNN_GPU_CHECK(gpu_stream_begin_capture(native, gpu_stream_capture_mode_thread_local));
-    try {
-        for (int i = 0; i < inner; ++i) body();
-    } catch (...) {
-        (void)gpu_stream_end_capture(native, &graph);
-        if (graph) (void)gpu_graph_destroy(graph);
-        throw;
-    }
-    TNN_GPU_CHECK(gpu_stream_end_capture(native, &graph));
-    gpu_graph_exec_t exec = nullptr;
-    TNN_GPU_CHECK(gpu_graph_instantiate(&exec, graph));
-    TNN_GPU_CHECK(gpu_graph_destroy(graph));
-    return exec;
-}
-
-// Median GPU milliseconds per call of body(): a graph of `inner` back-to-back calls (>= ~2 ms of
-// work, so launch gaps do not count), launched until round_ms of GPU time, `rounds` times.
+// Median-of-rounds timings with this run's options (bench_timing.h).
 template <typename F> std::vector<double> time_calls(const Stream& s, const Options& o, F&& body) {
-    body();  // warm-up: plans, kernel attributes, the temporary allocator's blocks
-    s.synchronize();
-    Timer timer;
-    const gpu_stream_t native = gpu::native_stream(s);
-    gpu_graph_exec_t one = capture(s, 1, body);
-    double t1 = 1e30;
-    for (int i = 0; i < 3; ++i) t1 = std::min(t1, timer.time_graph(one, native, 1));
-    (void)gpu_graph_exec_destroy(one);
-    const int inner = std::max(1, std::min(1000, static_cast<int>(std::ceil(2.0 / std::max(t1, 1e-4)))));
-    gpu_graph_exec_t exec = capture(s, inner, body);
-    const double per_graph = timer.time_graph(exec, native, 1);
-    const int launches = std::max(1, static_cast<int>(std::ceil(o.round_ms / std::max(per_graph, 1e-3))));
-    std::vector<double> ms;
-    for (int r = 0; r < o.rounds; ++r) ms.push_back(timer.time_graph(exec, native, launches) / (double(launches) * inner));
-    (void)gpu_graph_exec_destroy(exec);
-    return ms;
+    return bench::time_calls(s, o.rounds, o.round_ms, 1000, body);
 }
-
-// The same from eager calls (events around back-to-back calls, round_ms per round): for bodies that
-// cannot be captured, such as an optimizer step, which refuses a capturing stream (its replays would
-// reuse one step's scalars). Only meaningful where a call's GPU time exceeds its host launch time.
 template <typename F> std::vector<double> time_eager(const Stream& s, const Options& o, F&& body) {
-    body();  // warm-up
-    s.synchronize();
-    Timer timer;
-    const gpu_stream_t native = gpu::native_stream(s);
-    const double one = timer.time(native, body);
-    const int n = std::max(5, std::min(2000, static_cast<int>(std::ceil(o.round_ms / std::max(one, 1e-3)))));
-    std::vector<double> ms;
-    for (int r = 0; r < o.rounds; ++r)
-        ms.push_back(timer.time(native, [&] {
-            for (int i = 0; i < n; ++i) body();
-        }) / n);
-    return ms;
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
+    return bench::time_eager(s, o.rounds, o.round_ms, body);
 }
 
 std::vector<float> uniform(size_t n, float lo, float hi, uint64_t seed) {
