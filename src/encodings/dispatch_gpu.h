@@ -5,7 +5,16 @@
 
 #include "gpu/gpu.h"
 
+#include <type_traits>
+
 namespace tnn {
+
+// f(std::true_type{}) or f(std::false_type{}): a runtime flag as a compile-time one, for kernel
+// template arguments (decltype(flag)::value).
+template <typename FN> void dispatch_bool(bool b, FN&& f) {
+    if (b) f(std::true_type{});
+    else f(std::false_type{});
+}
 
 template <typename FN> void dispatch_gpu_storage(DType dtype, const char* who, FN&& f) {
     switch (dtype) {

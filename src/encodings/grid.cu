@@ -88,13 +88,18 @@ size_t shared_budget(const Stream& stream) {
     return std::min(std::max(optin, kSharedBytes), static_cast<size_t>(v.shared_kib) * 1024);
 }
 
+// Whether a first-order row feeds one corner per level (Nearest, stochastic interpolation) rather
+// than all 2^D of them.
+bool one_corner_per_level(const GridDesc& g) {
+    return g.interpolation == grid::Interpolation::Nearest || g.stochastic_interpolation;
+}
+
 ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contributing, bool second, size_t acc_bytes,
                              size_t budget) {
     ReductionPlan p;
     const uint32_t F = g.n_features;
-    // Accumulator slots one row touches per level: one corner (Nearest, stochastic) or all of them.
-    const bool one_corner = g.interpolation == grid::Interpolation::Nearest || g.stochastic_interpolation;
-    const int64_t touches = one_corner ? 1 : (int64_t(1) << g.n_dims);
+    // Accumulator slots one row touches per level (shared-memory items are first-order only).
+    const int64_t touches = one_corner_per_level(g) ? 1 : (int64_t(1) << g.n_dims);
     uint64_t max_slots = 0;
     for (uint32_t l = 0; l < n_contributing; ++l) {
         p.all.ids[p.all.count++] = static_cast<uint8_t>(l);
@@ -138,8 +143,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     const gpu_stream_t s = c.stream;
 
     // First-order Nearest and stochastic rows feed one corner per level: per-corner threads would idle.
-    const bool one_corner =
-        !second && (desc.interpolation == grid::Interpolation::Nearest || desc.stochastic_interpolation);
+    const bool one_corner = !second && one_corner_per_level(desc);
     if (!(desc.deterministic || tnn::deterministic())) {
         // fp32 atomics: straight into an fp32 gradient, else into fp32 scratch converted at the end.
         const bool direct = desc.dtype == DType::f32;

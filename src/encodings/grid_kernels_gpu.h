@@ -950,12 +950,11 @@ void launch_param_grad(const Call& c, DType dtype, uint32_t n_features, bool sec
         constexpr uint32_t F = decltype(f)::value;
         const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads));
         const T* gt = static_cast<const T*>(g);
-        if (second)
-            grid_param_grad_kernel<T, D, F, true, SINK><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
-        else
-            grid_param_grad_kernel<T, D, F, false, SINK><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
+        dispatch_bool(second, [&](auto sec) {
+            constexpr bool SECOND = decltype(sec)::value;
+            grid_param_grad_kernel<T, D, F, SECOND, SINK><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
+        });
         TNN_GPU_CHECK_LAUNCH("grid_param_grad_kernel");
     });
 }
@@ -992,12 +991,10 @@ template <uint32_t D> Launchers make_launchers() {
             const T* p = static_cast<const T*>(params);
             T* out = static_cast<T*>(y);
             const size_t table = c.args->n_levels * sizeof(LevelInfo);
-            if (chunked)
-                grid_forward_kernel<T, D, F, true><<<grid, block, table, c.stream>>>(
-                    *c.args, c.rows, rows_per_block, c.x, c.x_stride, p, out, y_stride, vec_store);
-            else
-                grid_forward_kernel<T, D, F, false><<<grid, block, table, c.stream>>>(
-                    *c.args, c.rows, rows_per_block, c.x, c.x_stride, p, out, y_stride, vec_store);
+            dispatch_bool(chunked, [&](auto chunk) {
+                grid_forward_kernel<T, D, F, decltype(chunk)::value><<<grid, block, table, c.stream>>>(
+                        *c.args, c.rows, rows_per_block, c.x, c.x_stride, p, out, y_stride, vec_store);
+            });
             TNN_GPU_CHECK_LAUNCH("grid_forward_kernel");
         });
     };
@@ -1018,12 +1015,11 @@ template <uint32_t D> Launchers make_launchers() {
             constexpr uint32_t F = decltype(f)::value;
             const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads / F));
             const T* gt = static_cast<const T*>(g);
-            if (second)
-                grid_param_grad_lanes_kernel<T, D, F, true><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
-            else
-                grid_param_grad_lanes_kernel<T, D, F, false><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
+            dispatch_bool(second, [&](auto sec) {
+                constexpr bool SECOND = decltype(sec)::value;
+                grid_param_grad_lanes_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
+            });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_kernel");
         });
     };
@@ -1039,12 +1035,11 @@ template <uint32_t D> Launchers make_launchers() {
                 if (list.count == 0) return;
                 const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads / ((1u << D) * F)));
                 const T* gt = static_cast<const T*>(g);
-                if (second)
-                    grid_param_grad_corner_fixed_kernel<T, D, F, true><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
-                else
-                    grid_param_grad_corner_fixed_kernel<T, D, F, false><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
+                dispatch_bool(second, [&](auto sec) {
+                    constexpr bool SECOND = decltype(sec)::value;
+                    grid_param_grad_corner_fixed_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                            *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
+                });
                 TNN_GPU_CHECK_LAUNCH("grid_param_grad_corner_fixed_kernel");
             }
         });
@@ -1059,12 +1054,11 @@ template <uint32_t D> Launchers make_launchers() {
             constexpr uint32_t F = decltype(f)::value;
             const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads >> D));
             const T* gt = static_cast<const T*>(g);
-            if (second)
-                grid_param_grad_corner_kernel<T, D, F, true><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
-            else
-                grid_param_grad_corner_kernel<T, D, F, false><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
+            dispatch_bool(second, [&](auto sec) {
+                constexpr bool SECOND = decltype(sec)::value;
+                grid_param_grad_corner_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
+            });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_corner_kernel");
         });
     };
@@ -1088,12 +1082,11 @@ template <uint32_t D> Launchers make_launchers() {
             constexpr uint32_t F = decltype(f)::value;
             const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads));
             const T* gt = static_cast<const T*>(g);
-            if (second)
-                grid_param_bound_kernel<T, D, F, true><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, bound_bits);
-            else
-                grid_param_bound_kernel<T, D, F, false><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, bound_bits);
+            dispatch_bool(second, [&](auto sec) {
+                constexpr bool SECOND = decltype(sec)::value;
+                grid_param_bound_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, bound_bits);
+            });
             TNN_GPU_CHECK_LAUNCH("grid_param_bound_kernel");
         });
     };

@@ -20,7 +20,6 @@ enum class Interpolation : uint8_t { Nearest, Linear, Smoothstep };
 
 constexpr uint32_t kMaxDims = 7;      // the prime hashes have 7 factors (tcnn instantiates 2..4 dims)
 constexpr uint32_t kMaxLevels = 128;  // tcnn's MAX_N_LEVELS
-constexpr uint32_t kMaxCorners = 1u << kMaxDims;
 
 // ---- level geometry ------------------------------------------------------------------------------
 
