@@ -33,6 +33,29 @@ struct Nested {
     uint32_t n_dims() const { return encoding->n_input_dims(); }
 };
 
+// A nested encoding's dL/dx when the caller wants dL/din: a temporary that add_to_input_grad then
+// adds into dL/din's columns of that encoding (nested encodings may share input dimensions, so their
+// dL/dx add up rather than overwrite). view() is what the nested backward pass gets.
+class NestedInputGrad {
+public:
+    NestedInputGrad(const Stream& stream, View* dL_din, const Nested& n, ConstView in)
+        : m_dL_din(dL_din), m_begin(n.input_begin) {
+        if (!dL_din) return;
+        m_dx = Tensor::temporary(stream, in.rows, n.n_dims(), in.dtype);
+        m_view = m_dx.view();
+    }
+    View* view() { return m_dL_din ? &m_view : nullptr; }
+    void add_to_input_grad(const Stream& stream) const {
+        if (m_dL_din) add(stream, m_dx.view(), m_dL_din->cols_slice(m_begin, m_dx.cols()));
+    }
+
+private:
+    View* m_dL_din;
+    uint32_t m_begin;
+    Tensor m_dx;
+    View m_view;
+};
+
 struct CompositeContext : Context {
     std::vector<std::unique_ptr<Context>> nested;
     std::vector<Tensor> outputs;  // Sum / Product: each nested output, [rows, width_i] in the composite's dtype
@@ -237,11 +260,6 @@ private:
                                                        : ConstView(ctx.outputs[i].view());
     }
 
-    // dst[:, begin + c] += src[:, c] (input dtype; nested encodings may share input dimensions).
-    static void add_columns(const Stream& stream, View dst, uint32_t begin, ConstView src) {
-        add(stream, src, dst.cols_slice(begin, src.cols));
-    }
-
     void backward_impl(const Stream& stream, const Context& ctx_in, ConstView in, ConstView out, ConstView dL_dout,
                        View* dL_din, void* dL_dparams, const void* params, GradMode mode) const override {
         const CompositeContext& ctx = context(ctx_in);
@@ -249,17 +267,12 @@ private:
         if (dL_din) fill(stream, *dL_din, 0.0);
         for (size_t i = 0; i < m_nested.size(); ++i) {
             const Nested& n = m_nested[i];
-            Tensor g_storage, dx;
+            Tensor g_storage;
             const ConstView g = nested_output_gradient(stream, ctx, i, dL_dout, g_storage);
-            View dx_view;
-            if (dL_din) {
-                dx = Tensor::temporary(stream, in.rows, n.n_dims(), in.dtype);
-                dx_view = dx.view();
-            }
-            n.encoding->backward(stream, *ctx.nested[i], nested_input(in, n), nested_output(ctx, i, out), g,
-                                 dL_din ? &dx_view : nullptr, nested_params(dL_dparams, n), nested_params(params, n),
-                                 mode);
-            if (dL_din) add_columns(stream, *dL_din, n.input_begin, dx.view());
+            NestedInputGrad dx(stream, dL_din, n, in);
+            n.encoding->backward(stream, *ctx.nested[i], nested_input(in, n), nested_output(ctx, i, out), g, dx.view(),
+                                 nested_params(dL_dparams, n), nested_params(params, n), mode);
+            dx.add_to_input_grad(stream);
         }
     }
 
@@ -279,9 +292,9 @@ private:
         std::vector<Tensor> w(m_nested.size());  // dL'/d(dL/dy_i) when they must be reduced
         for (size_t i = 0; i < m_nested.size(); ++i) {
             const Nested& n = m_nested[i];
-            Tensor g_storage, dx;
+            Tensor g_storage;
             const ConstView g = nested_output_gradient(stream, ctx, i, dL_dout, g_storage);
-            View w_view, dx_view;
+            View w_view;
             const bool want_w = dL_ddLdout || (product && (dL_din || dL_dparams));
             if (want_w) {
                 if (m_reduction == Reduction::Concatenation) {
@@ -291,15 +304,12 @@ private:
                     w_view = w[i].view();
                 }
             }
-            if (dL_din) {
-                dx = Tensor::temporary(stream, in.rows, n.n_dims(), in.dtype);
-                dx_view = dx.view();
-            }
+            NestedInputGrad dx(stream, dL_din, n, in);
             n.encoding->backward_backward_input(stream, *ctx.nested[i], nested_input(in, n),
                                                 dL_ddLdin.cols_slice(n.input_begin, n.n_dims()), g,
-                                                want_w ? &w_view : nullptr, dL_din ? &dx_view : nullptr,
-                                                nested_params(dL_dparams, n), nested_params(params, n), mode);
-            if (dL_din) add_columns(stream, *dL_din, n.input_begin, dx.view());
+                                                want_w ? &w_view : nullptr, dx.view(), nested_params(dL_dparams, n),
+                                                nested_params(params, n), mode);
+            dx.add_to_input_grad(stream);
         }
         if (m_reduction == Reduction::Concatenation) return;
         if (in.device.is_gpu()) {
@@ -339,8 +349,8 @@ private:
             if (!product || (!dL_din && !dL_dparams)) return;
             for (size_t l = 0; l < m_nested.size(); ++l) {
                 const Nested& n = m_nested[l];
-                Tensor u(in.rows, n.width(), param_dtype()), dx;
-                View u_view = u.view(), dx_view;
+                Tensor u(in.rows, n.width(), param_dtype());
+                View u_view = u.view();
                 parallel_for(in.rows, kGrain, [&](int64_t r0, int64_t r1) {
                     for (int64_t r = r0; r < r1; ++r)
                         for (uint32_t k = 0; k < n.width(); ++k) {
@@ -350,14 +360,11 @@ private:
                             store_output<T>(u_view, r, k, load_as<T>(dL_dout, r, k) * s);
                         }
                 });
-                if (dL_din) {
-                    dx = Tensor::temporary(stream, in.rows, n.n_dims(), in.dtype);
-                    dx_view = dx.view();
-                }
+                NestedInputGrad dx(stream, dL_din, n, in);
                 n.encoding->backward(stream, *ctx.nested[l], nested_input(in, n), nested_output(ctx, l, ConstView()),
-                                     u.view(), dL_din ? &dx_view : nullptr, nested_params(dL_dparams, n),
-                                     nested_params(params, n), GradMode::accumulate);
-                if (dL_din) add_columns(stream, *dL_din, n.input_begin, dx.view());
+                                     u.view(), dx.view(), nested_params(dL_dparams, n), nested_params(params, n),
+                                     GradMode::accumulate);
+                dx.add_to_input_grad(stream);
             }
         });
     }
@@ -387,17 +394,13 @@ private:
         if (!product || (!dL_din && !dL_dparams)) return;
         for (size_t l = 0; l < m_nested.size(); ++l) {
             const Nested& n = m_nested[l];
-            Tensor u = Tensor::temporary(stream, in.rows, n.width(), param_dtype()), dx;
+            Tensor u = Tensor::temporary(stream, in.rows, n.width(), param_dtype());
             composite_gpu::product_second_order(stream, y, wl, l, dL_dout, u.view());
-            View dx_view;
-            if (dL_din) {
-                dx = Tensor::temporary(stream, in.rows, n.n_dims(), in.dtype);
-                dx_view = dx.view();
-            }
+            NestedInputGrad dx(stream, dL_din, n, in);
             n.encoding->backward(stream, *ctx.nested[l], nested_input(in, n), nested_output(ctx, l, ConstView()),
-                                 u.view(), dL_din ? &dx_view : nullptr, nested_params(dL_dparams, n),
-                                 nested_params(params, n), GradMode::accumulate);
-            if (dL_din) add_columns(stream, *dL_din, n.input_begin, dx.view());
+                                 u.view(), dx.view(), nested_params(dL_dparams, n), nested_params(params, n),
+                                 GradMode::accumulate);
+            dx.add_to_input_grad(stream);
         }
     }
 #endif  // TNN_WITH_GPU
