@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 namespace tnn {
@@ -178,8 +179,9 @@ ForwardPlan plan_forward(const Shape& s, int in_bytes, int out_bytes, const Devi
 
 namespace {
 
-BackwardPlan plan_backward_tiles(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw,
-                                 const DeviceLimits& d, const PlanOverride& o, int m_tiles) {
+// The best plan with m_tiles m16 tiles per warp; nullopt when nothing fits.
+std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw,
+                                                const DeviceLimits& d, const PlanOverride& o, int m_tiles) {
     BackwardPlan best;
     BackwardScore best_score{};
     bool found = false;
@@ -205,7 +207,7 @@ BackwardPlan plan_backward_tiles(const Shape& s, int in_bytes, int dy_bytes, Act
                     if (!found || sc > best_score) best = p, best_score = sc, found = true;
                 }
             }
-    if (!found) throw_too_large(s, "backward", d);
+    if (!found) return std::nullopt;
     return best;
 }
 
@@ -219,20 +221,25 @@ BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activatio
             throw UnsupportedError(msg("FullyFusedMLP: no backward kernel with ", o.backward_m_tiles,
                                        " m16 tiles per warp at width ", s.width,
                                        " on this backend (1 always; 2 on NVIDIA up to width 64)"));
-        return plan_backward_tiles(s, in_bytes, dy_bytes, act, want_dw, d, o, o.backward_m_tiles);
+        const auto p = plan_backward_tiles(s, in_bytes, dy_bytes, act, want_dw, d, o, o.backward_m_tiles);
+        if (!p) throw_too_large(s, "backward", d);
+        return *p;
     }
-    const BackwardPlan one = plan_backward_tiles(s, in_bytes, dy_bytes, act, want_dw, d, o, 1);
-    if (!d_mt2 || !has_backward_m_tiles(width, 2)) return one;
+    const auto one = plan_backward_tiles(s, in_bytes, dy_bytes, act, want_dw, d, o, 1);
+    if (!one) throw_too_large(s, "backward", d);
+    if (!d_mt2 || !has_backward_m_tiles(width, 2)) return *one;
     // Two m16 tiles per warp halve the weight-fragment loads and the per-layer synchronisation per
     // row; they pay off when the plan keeps the resident warps (up to 8 per SM), the weights and the
     // stash on chip. H200, B = 2^21, fwd+bwd (2026-11-30): 32->64->16 0.898 vs 1.129 ms (dW then in
     // global memory) and 32->16->16 0.387 vs 0.484 ms; 64->64->64 only fits 4 warps with two tiles
     // and was 1.775 vs 1.548 ms.
-    const BackwardPlan two = plan_backward_tiles(s, in_bytes, dy_bytes, act, want_dw, *d_mt2, o, 2);
+    // Two tiles may not fit at all where one does (wide inputs, an override of the warps).
+    const auto two = plan_backward_tiles(s, in_bytes, dy_bytes, act, want_dw, *d_mt2, o, 2);
+    if (!two) return *one;
     auto warps_per_sm = [](const BackwardPlan& p) { return std::min(8, p.n_warps * p.blocks_per_sm); };
-    const bool keeps = warps_per_sm(two) >= warps_per_sm(one) && two.weights_resident >= one.weights_resident &&
-                       two.stash_in_smem >= one.stash_in_smem;
-    return keeps ? two : one;
+    const bool keeps = warps_per_sm(*two) >= warps_per_sm(*one) && two->weights_resident >= one->weights_resident &&
+                       two->stash_in_smem >= one->stash_in_smem;
+    return keeps ? *two : *one;
 }
 
 }  // namespace ffm

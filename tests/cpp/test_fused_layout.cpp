@@ -507,6 +507,21 @@ TEST(FusedPlan, BackwardTakesTwoMTilesPerWarpOnlyWhenNothingMovesOffChip) {
         // Without the second kernel's limits (HIP, or an override naming one tile) the plan has one tile.
         EXPECT_EQ(ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d1).rows_per_warp, 16);
     }
+    // Where two tiles fit nowhere but one does, the plan has one tile (no error): 64->64->64 with 8
+    // warps forced (bench_mlp's variant rows found this), and a wide input at any warp count.
+    const auto d1 = h200_limits(152), d2 = h200_limits(209);
+    ffm::PlanOverride eight;
+    eight.backward_warps = 8;
+    const auto b = ffm::plan_backward(shape(64, 64, 64, 2), 4, 2, Activation::ReLU, true, d1, eight, &d2);
+    EXPECT_EQ(b.rows_per_warp, 16);
+    EXPECT_EQ(b.n_warps, 8);
+    eight.backward_m_tiles = 2;
+    EXPECT_THROW(ffm::plan_backward(shape(64, 64, 64, 2), 4, 2, Activation::ReLU, true, d2, eight), UnsupportedError);
+    const ffm::Shape wide = shape(64, 800, 16, 2);
+    ffm::PlanOverride two;
+    two.backward_m_tiles = 2;
+    EXPECT_THROW(ffm::plan_backward(wide, 4, 2, Activation::ReLU, true, d2, two), UnsupportedError);
+    EXPECT_EQ(ffm::plan_backward(wide, 4, 2, Activation::ReLU, true, d1, {}, &d2).rows_per_warp, 16);
 }
 
 TEST(FusedPlan, TwoMTilesPerWarpInTheBackwardUpToWidth64) {
