@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine (the `device` tool): builds and checks a clean export of HEAD (so that
 # colleagues' uncommitted files in the working copy cannot break it), then optional extra steps
-# given as arguments (e.g. "bench/run_mlp_bench.sh"). Everything lands in $OUT as summary.txt plus
-# one results.tgz, to stay within the tool's file limits. Before the call, on the lead's machine:
+# given as arguments (e.g. "bench/run_mlp_bench.sh", or "QUICK=1 bash bench/run_grid_bench.sh" for a
+# step with its own environment). Everything lands in $OUT as summary.txt plus one .tgz per stage, to
+# stay within the tool's file limits. Before the call, on the lead's machine:
 #   rm -rf .export && mkdir .export && git archive HEAD | tar -x -C .export && git rev-parse --short HEAD > .export/.head
 # and carry .export and .deps.
 set -uo pipefail
@@ -38,7 +39,11 @@ for step in "$@"; do
   n=$((n + 1))
   echo "== extra step $n: $step"
   mkdir -p "$work/step$n"
-  OUT="$work/step$n" BUILD="$src/build-gpu" timeout 420 bash $step 2>&1 | tail -n 60 | tee "$work/step$n/tail.log"
+  # A step is a script path, or "VAR=value ... bash script" when it needs its own environment
+  # (e.g. the two benchmark scripts each read TORCH_FROM).
+  runner=bash
+  case "$step" in *=*) runner=env ;; esac
+  OUT="$work/step$n" BUILD="$src/build-gpu" timeout 420 $runner $step 2>&1 | tail -n 60 | tee "$work/step$n/tail.log"
   tar -czf "$dest/step$n.tgz" -C "$work/step$n" . 2>/dev/null
 done
 exit $status
