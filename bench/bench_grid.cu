@@ -261,7 +261,8 @@ void bench_row(const Row& row, const Options& o, const Stream& s, json& results,
 
 // tcnn's encoding + MLP benchmark: the main grid feeding a FullyFusedMLP (width 64, 2 hidden layers,
 // ReLU, 3 -> 16 outputs, fp16), L2 loss and Adam. "train_step" is Trainer::step (forward, loss,
-// backward, Adam), which replays its own CUDA graph once its views repeat: events around `steps`
+// backward, Adam; the network's part fused, "train_step_unfused" without), which replays its own CUDA
+// graph once its views repeat: events around `steps`
 // back-to-back steps per round (one graph launch each). "inference" is the model's inference in our
 // graphs of back-to-back calls, as the grid rows.
 void bench_model(int64_t batch, const Options& o, const Stream& s, json& results) {
@@ -280,10 +281,19 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
         std::fflush(stdout);
     };
     try {
-        for (const bool det : {false, true}) {
+        // The trainer's default step fuses the network's forward, the loss and its backward (trainer.h);
+        // the unfused step is timed too, for the difference.
+        struct Variant {
+            bool det, fused;
+            const char* pass;
+        };
+        for (const Variant& v : {Variant{false, true, "train_step"}, Variant{false, false, "train_step_unfused"},
+                                 Variant{true, true, "train_step_det"}}) {
+            const bool det = v.det;
             json c = config;
             c["encoding"]["deterministic"] = det;
             Trainer trainer(3, 16, c, dev);
+            trainer.set_fused_loss(v.fused);
             Tensor x = upload(uniform(size_t(batch) * 3, 0.0f, 1.0f, 1), batch, 3, DType::f32, dev);
             Tensor target = upload(uniform(size_t(batch) * 16, 0.0f, 1.0f, 2), batch, 16, DType::f32, dev);
             Tensor y(batch, 16, DType::f16, dev);
@@ -300,9 +310,10 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
                              }) /
                              steps);
             if (trainer.graph_steps() == 0) throw Error("bench_model: the trainer did not replay a graph");
-            record(det ? "train_step_det" : "train_step", ms,
-                   "Trainer::step: forward + L2 + backward + Adam, replayed from the trainer's graph");
-            if (!det)
+            record(v.pass, ms,
+                   std::string("Trainer::step: forward + L2 + backward + Adam, replayed from the trainer's graph") +
+                       (trainer.fused_loss() ? " (network forward, loss and backward fused)" : " (unfused)"));
+            if (!det && v.fused)
                 record("inference",
                        time_calls(s, o, [&] { trainer.model().inference(s, x.view(), y.view(), trainer.params()); }),
                        "model inference");

@@ -15,6 +15,7 @@
 
 #include "bench_timing.h"
 #include "gpu/gpu.h"
+#include "losses/loss_gpu.h"
 #include "networks/fully_fused_mlp.h"
 
 #include <algorithm>
@@ -170,6 +171,24 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
                                       DType::f16);
                    }),
                        parts + " (eager launches)");
+            // The Trainer's step for these networks: forward, loss and backward in the backward kernel.
+            LossKind kind;
+            if (have_loss && loss_kind_of(*loss, &kind) && ffm::can_fuse_loss(*net, dev, kind)) {
+                if (batch >= (int64_t(1) << 16))
+                    record("train_fused", time_eager(s, o, [&] {
+                               ffm::fused_loss_backward(*net, s, x.view(), target.view(), kind, 128.0f, values.view(),
+                                                        nullptr, grads.data(), params.data());
+                               if (have_adam)
+                                   adam->step(s, 128.0f, params_fp32.ptr<float>(), params.data(), DType::f16,
+                                              grads.data(), DType::f16);
+                           }),
+                           std::string("fused forward+L2+backward") + (have_adam ? "+Adam" : "") + " (eager launches)");
+                record("fused_loss_bwd", time_calls(s, o, [&] {
+                           ffm::fused_loss_backward(*net, s, x.view(), target.view(), kind, 128.0f, values.view(),
+                                                    nullptr, grads.data(), params.data());
+                       }),
+                       "fused forward+L2+backward kernel (compare fwd_bwd)");
+            }
             record("fwd_bwd", time_calls(s, o, [&] {
                        auto ctx = net->forward(s, x.view(), y.view(), params.data(), false);
                        net->backward(s, *ctx, x.view(), y.view(), dy.view(), nullptr, grads.data(), params.data(),

@@ -43,6 +43,8 @@ def floors(r):
     # backward: dW of every layer (= forward flops) and dL/da of all but the first layer; it reads the
     # input again (recomputing beats storing activations) and dL/dy.
     bwd_flops = fwd + (fwd - f0)
+    if p in ("train_fused", "fused_loss_bwd"):  # one kernel: reads the input and the fp32 target, writes the fp32 loss values
+        return b * (n_in * 4 + n_out * 4 + n_out * 4), fwd + bwd_flops
     io = io_fwd + b * (n_in * 4 + n_out * 2)
     if p == "train" and "L2" in r.get("what", ""):
         io += b * n_out * (2 + 4 + 2)  # the loss reads y and the fp32 target, writes dL/dy
@@ -84,27 +86,29 @@ def main(out_dir):
             variants.append(row)
             continue
         key = r["label"].replace("latency ", "")
-        if r["pass"] in ("inference", "fwd_bwd", "train"):
-            eager = torch_ms.get((r["label"], r["pass"], "eager", r["batch"]))
-            comp = torch_ms.get((r["label"], r["pass"], "compile", r["batch"]))
+        # The fused training step (Trainer's default for these networks) is a training step too.
+        base = "train" if r["pass"] == "train_fused" else r["pass"]
+        if base in ("inference", "fwd_bwd", "train"):
+            eager = torch_ms.get((r["label"], base, "eager", r["batch"]))
+            comp = torch_ms.get((r["label"], base, "compile", r["batch"]))
             row["torch_eager_ms"], row["torch_compile_ms"] = eager, comp
             tc = None
-            if r["label"] in TCNN and r["pass"] in ("inference", "train"):
-                tc = TCNN[r["label"]][0 if r["pass"] == "inference" else 1]
+            if r["label"] in TCNN and base in ("inference", "train"):
+                tc = TCNN[r["label"]][0 if base == "inference" else 1]
             elif r["label"].startswith("latency") and r["pass"] == "inference":
                 tc = TCNN_LATENCY
             row["tcnn_ms"] = tc
             issue_eager = issue_comp = None
-            if r["label"] in ISSUE_TORCH and r["pass"] in ("inference", "train"):
-                k = 0 if r["pass"] == "inference" else 1
+            if r["label"] in ISSUE_TORCH and base in ("inference", "train"):
+                k = 0 if base == "inference" else 1
                 issue_eager, issue_comp = ISSUE_TORCH[r["label"]][0][k], ISSUE_TORCH[r["label"]][1][k]
             elif r["label"].startswith("latency") and r["pass"] == "inference":
                 issue_eager = ISSUE_TORCH_LATENCY
             row["issue_torch_eager_ms"], row["issue_torch_compile_ms"] = issue_eager, issue_comp
-            if r["pass"] == "inference":
+            if base == "inference":
                 best = min([v for v in (tc, eager, comp, issue_eager, issue_comp) if v], default=None)
                 target = INFER_TARGET.get(key) if not r["label"].startswith("latency") else None
-            elif r["pass"] == "train":
+            elif base == "train":
                 best = min([v for v in (tc, comp, issue_comp) if v], default=None)
                 target = TRAIN_TARGET.get(key)
             else:  # fwd_bwd: against torch's matching part
@@ -146,7 +150,10 @@ def main(out_dir):
                      f"{torch_cell(r.get('torch_compile_ms'), r.get('issue_torch_compile_ms'))} | "
                      f"{fmt(r.get('tcnn_ms'), 3)} | {sp} | {tgt} |")
     train_what = sorted({r["what"] for r in rows if r.get("pass") == "train"})
+    fused_what = sorted({r["what"] for r in rows if r.get("pass") == "train_fused"})
     lines += ["", f"train = {', '.join(train_what) or 'n/a'} (tcnn's and torch's train include an L2/MSE loss and Adam).",
+              f"train_fused = {', '.join(fused_what) or 'n/a'}: the Trainer's step for these networks (forward, "
+              "loss and backward in the backward kernel; the same bits as train).",
               "", "## Variants (warps per block, forward / backward; kernels)", "",
               "| case | pass | fwd warps | bwd warps | kernels | ms | of floor |", "|---|---|---|---|---|---|---|"]
     for v in variants:

@@ -91,9 +91,11 @@ protected:
                                               View* dL_dinput, void* dL_dparams, const void* params,
                                               GradMode mode) const;
 
-private:
+    // The checks every public pass makes of its stream, input, output (optional) and params.
     void check_io(const char* method, const Stream& stream, ConstView input, const ConstView* output,
                   const void* params) const;
+
+private:
     uint32_t m_n_input_dims, m_n_output_dims;
     size_t m_n_params, m_n_matrix_params;
     DType m_param_dtype, m_output_dtype;

@@ -1,7 +1,8 @@
 // Trainer: owns the parameters of a model (fp32 master weights plus a copy in the model's dtype),
 // its gradients, a loss and an optimizer, on one device. step() = forward + loss + backward +
 // optimizer, asynchronous on the stream (on a GPU replayed from a CUDA/HIP graph once the step's
-// views repeat); loss() fetches the last loss value.
+// views repeat, and with forward, loss and backward fused where set_fused_loss says); loss() fetches
+// the last loss value.
 #pragma once
 
 #include <tnn/loss.h>
@@ -37,6 +38,15 @@ public:
     bool use_graphs() const;
     uint64_t graph_captures() const;  // graphs captured so far
     uint64_t graph_steps() const;     // steps run from a graph (each capturing step included)
+    // The fused step: a FullyFusedMLP model (alone or behind an input encoding) with ReLU hidden layers
+    // and a linear output, on an NVIDIA GPU, with the loss L2, L1, RelativeL2, RelativeL1, MAPE or
+    // SMAPE and no pdf, runs forward, loss and backward of its network as one kernel: the backward
+    // kernel, which recomputes the forward pass anyway, takes the loss gradient of the recomputed
+    // output itself. Parameters, gradients and loss() equal the unfused step bit for bit; only the
+    // forward pass and the loss kernel are saved. On by default; fused_loss() says whether steps
+    // without a pdf take it.
+    void set_fused_loss(bool on);
+    bool fused_loss() const;
     // Uses the optimizer's inference weights (EMA, Average) when it has them.
     void inference(const Stream& stream, ConstView input, View output) const;
 

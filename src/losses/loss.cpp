@@ -84,6 +84,7 @@ public:
     ElementwiseLoss(LossKind kind, std::string name, int64_t min_cols)
         : m_kind(kind), m_name(std::move(name)), m_min_cols(min_cols) {}
     std::string name() const override { return m_name; }
+    LossKind kind() const { return m_kind; }
 
 private:
     void evaluate_impl(const Stream& stream, float loss_scale, ConstView prediction, ConstView target,
@@ -111,6 +112,16 @@ private:
     std::string m_name;
     int64_t m_min_cols;
 };
+
+}  // namespace
+
+bool loss_kind_of(const Loss& loss, LossKind* kind) {
+    const auto* e = dynamic_cast<const ElementwiseLoss*>(&loss);
+    if (e && kind) *kind = e->kind();
+    return e != nullptr;
+}
+
+namespace {
 
 using LossFactory = std::function<std::unique_ptr<Loss>()>;
 

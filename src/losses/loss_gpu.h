@@ -1,10 +1,19 @@
 // The GPU entry point of the losses (losses.cu), called by the loss module once Loss::evaluate has
-// validated the views. Declared in every build; defined only in builds with a GPU backend.
+// validated the views. Declared in every build; defined only in builds with a GPU backend. Also the
+// loss kind lookup the Trainer's fused step uses.
 #pragma once
 
 #include <tnn/tensor.h>
 
 #include "losses/loss_math.h"
+
+namespace tnn {
+
+class Loss;
+// The kind behind a loss made by create_loss (loss.cpp; every build); false for other Loss classes.
+bool loss_kind_of(const Loss& loss, LossKind* kind);
+
+}  // namespace tnn
 
 namespace tnn::loss_gpu {
 

@@ -37,6 +37,24 @@ TNN_HD inline double loss_copysign(double m, double s) { return ::copysign(m, s)
 TNN_HD inline float loss_log(float x) { return ::logf(x); }
 TNN_HD inline double loss_log(double x) { return ::log(x); }
 
+// a * b + c with both roundings, never contracted into one FMA: the formulas must give the same bits
+// in device code compiled with contraction (the FullyFusedMLP kernels' fused training step) as in
+// losses.cu, which is compiled without.
+TNN_HD inline float loss_mul_add(float a, float b, float c) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    return __fadd_rn(__fmul_rn(a, b), c);
+#else
+    return a * b + c;
+#endif
+}
+TNN_HD inline double loss_mul_add(double a, double b, double c) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    return __dadd_rn(__dmul_rn(a, b), c);
+#else
+    return a * b + c;
+#endif
+}
+
 // The prediction's luminance for RelativeL2Luminance: channels 0..2 are RGB; with 6 or more channels,
 // channels 3..5 are a second RGB triple that is added first (tcnn's six-channel convention).
 template <typename A> TNN_HD inline A loss_luminance(A r, A g, A b) {
@@ -60,14 +78,14 @@ TNN_HD inline LossTerm<A> loss_element(A p, A t, A pdf, A lum, A n, A loss_scale
         out.gradient = loss_scale * loss_copysign(A(1) / pdf, d) / n;
     } else if constexpr (K == LossKind::relative_l2 || K == LossKind::relative_l2_luminance) {
         const A base = K == LossKind::relative_l2 ? p : lum;
-        const A denom = base * base + eps;
+        const A denom = loss_mul_add(base, base, eps);
         out.value = d * d / denom / pdf / n;
         out.gradient = loss_scale * (A(2) * d / denom / pdf) / n;
     } else if constexpr (K == LossKind::relative_l1 || K == LossKind::mape || K == LossKind::smape) {
         A denom;
         if constexpr (K == LossKind::relative_l1) denom = loss_abs(p) + eps;
         else if constexpr (K == LossKind::mape) denom = loss_abs(t) + eps;
-        else denom = A(0.5) * (loss_abs(t) + loss_abs(p)) + eps;
+        else denom = loss_mul_add(A(0.5), loss_abs(t) + loss_abs(p), eps);
         const A scale = A(1) / denom / pdf;
         out.value = loss_abs(d) * scale / n;
         out.gradient = loss_scale * loss_copysign(scale, d) / n;
@@ -83,6 +101,14 @@ TNN_HD inline LossTerm<A> loss_element(A p, A t, A pdf, A lum, A n, A loss_scale
         out.gradient = loss_scale * (-factor / (p * p));
     }
     return out;
+}
+
+// The losses FullyFusedMLP's fused training step computes inside its backward kernel: the term
+// depends on the prediction and target of one element only, and no formula has a product followed
+// by a sum that loss_mul_add does not pin down.
+TNN_HD constexpr bool is_fused_loss_kind(LossKind k) {
+    return k == LossKind::l2 || k == LossKind::l1 || k == LossKind::relative_l2 || k == LossKind::relative_l1 ||
+           k == LossKind::mape || k == LossKind::smape;
 }
 
 // Calls f(std::integral_constant<LossKind, K>{}) for the runtime kind: the one place that turns a

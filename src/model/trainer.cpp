@@ -5,6 +5,8 @@
 #include <tnn/trainer.h>
 
 #include "core/gpu_bridge.h"
+#include "losses/loss_gpu.h"
+#include "networks/fully_fused_mlp.h"
 #include "optimizers/optimizer_impl.h"
 
 namespace tnn {
@@ -32,6 +34,15 @@ bool same_views(const StepViews& a, const StepViews& b) {
 constexpr int kStepsBeforeCapture = 2;
 #endif  // TNN_WITH_GPU
 
+// The network the fused step runs (trainer.h), or null: the model, or the network behind its input
+// encoding, where ffm::can_fuse_loss accepts it with the trainer's loss.
+const Module* fusable_network(const Module& model, const Loss& loss, Device device, LossKind* kind) {
+    if (!loss_kind_of(loss, kind)) return nullptr;
+    const auto* nwie = dynamic_cast<const NetworkWithInputEncoding*>(&model);
+    const Module& net = nwie ? static_cast<const Module&>(nwie->network()) : model;
+    return ffm::can_fuse_loss(net, device, *kind) ? &net : nullptr;
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -41,6 +52,7 @@ struct Trainer::Impl {
     json config;
     int64_t batch = -1;  // rows the per-step buffers are sized for
     bool has_loss = false;
+    bool fused_loss = true;  // set_fused_loss
 
     // GPU graphs. `graph` replays a step with the views `graph_views`; the last `seen_count` steps
     // (refused ones included) had the views `seen`, which are captured when that count reaches 3.
@@ -64,6 +76,9 @@ struct Trainer::Impl {
     // Forward, loss and backward of one step: the part of a step without the optimizer.
     void forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
                                const ConstView* data_pdf);
+    // The same as one fused kernel for `net` (fusable_network), after the input encoding's forward pass.
+    void fused_forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
+                                     const Module& net, LossKind kind);
     // Runs the step from a graph (capturing it first when due); false: the caller runs it eagerly.
     bool graph_step(Trainer& t, const Stream& stream, ConstView input, ConstView target, const ConstView* data_pdf);
 };
@@ -172,11 +187,45 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
 
 void Trainer::Impl::forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
                                           const ConstView* data_pdf) {
+    LossKind kind;
+    const Module* net = fused_loss && !data_pdf ? fusable_network(*t.m_model, *t.m_loss, t.m_device, &kind) : nullptr;
+    if (net) {
+        fused_forward_loss_backward(t, stream, input, target, *net, kind);
+        return;
+    }
     const void* p = t.params();
     auto ctx = t.m_model->forward(stream, input, output.view(), p, false);
     t.m_loss->evaluate(stream, t.m_loss_scale, output.view(), target, data_pdf, loss_values.view(), dL_doutput.view());
     t.m_model->backward(stream, *ctx, input, output.view(), dL_doutput.view(), nullptr, grads.data(), p,
                         GradMode::overwrite);
+}
+
+void Trainer::Impl::fused_forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
+                                                const Module& net, LossKind kind) {
+    const void* p = t.params();
+    View values = loss_values.view();
+    const auto* nwie = dynamic_cast<const NetworkWithInputEncoding*>(t.m_model.get());
+    if (!nwie) {
+        ffm::fused_loss_backward(net, stream, input, target, kind, t.m_loss_scale, values, nullptr, grads.data(), p);
+        return;
+    }
+    // As NetworkWithInputEncoding's forward and backward: parameters [network, encoding].
+    const Encoding& enc = nwie->encoding();
+    const size_t off = nwie->network().n_params() * dtype_size(t.m_model->param_dtype());
+    const char* p_enc = static_cast<const char*>(p) + off;
+    Tensor encoded = Tensor::temporary(stream, input.rows, enc.n_output_dims(), enc.output_dtype());
+    auto enc_ctx = enc.forward(stream, input, encoded.view(), p_enc, false);
+    if (enc.n_params() == 0) {
+        ffm::fused_loss_backward(net, stream, encoded.view(), target, kind, t.m_loss_scale, values, nullptr,
+                                 grads.data(), p);
+        return;
+    }
+    Tensor dL_dencoded = Tensor::temporary(stream, input.rows, enc.n_output_dims(), enc.output_dtype());
+    View dL_dencoded_view = dL_dencoded.view();
+    ffm::fused_loss_backward(net, stream, encoded.view(), target, kind, t.m_loss_scale, values, &dL_dencoded_view,
+                             grads.data(), p);
+    enc.backward(stream, *enc_ctx, input, encoded.view(), dL_dencoded.view(), nullptr,
+                 static_cast<char*>(grads.data()) + off, p_enc, GradMode::overwrite);
 }
 
 bool Trainer::Impl::graph_step(Trainer& t, const Stream& stream, ConstView input, ConstView target,
@@ -240,6 +289,14 @@ void Trainer::set_use_graphs(bool on) {
     if (!on) m_impl->drop_graph();
 }
 bool Trainer::use_graphs() const { return m_impl->use_graphs; }
+void Trainer::set_fused_loss(bool on) {
+    m_impl->fused_loss = on;
+    m_impl->drop_graph();  // it holds the other kind of step
+}
+bool Trainer::fused_loss() const {
+    LossKind kind;
+    return m_impl->fused_loss && fusable_network(*m_model, *m_loss, m_device, &kind) != nullptr;
+}
 uint64_t Trainer::graph_captures() const { return m_impl->captures; }
 uint64_t Trainer::graph_steps() const { return m_impl->graph_steps; }
 

@@ -279,6 +279,39 @@ private:
         return std::make_unique<FusedContext>();
     }
 
+public:
+    // ffm::fused_loss_backward, validated here.
+    void fused_loss_backward(const Stream& stream, ConstView input, ConstView target, LossKind kind, float loss_scale,
+                             View values, View* dL_dinput, void* dL_dparams, const void* params) const {
+        const char* what = "fused training step";
+        check_io(what, stream, input, nullptr, params);
+        require_gpu(input.device);
+        if (!is_fused_loss_kind(kind))
+            throw UnsupportedError(msg(describe(), " ", what, ": the loss is not one the kernel computes (L2, L1, "
+                                       "RelativeL2, RelativeL1, MAPE, SMAPE)"));
+        const int64_t rows = input.rows, n_out = n_output_dims();
+        auto check = [&](const char* arg, const ConstView& v, int64_t cols, DType dtype) {
+            if (v.rows != rows || v.cols != cols || v.stride < cols || v.dtype != dtype || v.device != input.device ||
+                (rows > 0 && !v.data))
+                throw ShapeError(msg(describe(), " ", what, ": ", arg, " must be [", rows, ", ", cols, "] ",
+                                     dtype_name(dtype), " on ", input.device.str(), ", got ", tnn::describe(v)));
+        };
+        check("target", target, n_out, DType::f32);
+        check("values", ConstView(values), n_out, DType::f32);
+        if (dL_dinput) check("dL_dinput", ConstView(*dL_dinput), n_input_dims(), input.dtype);
+        if (rows == 0) {
+            if (dL_dparams && n_params() > 0)
+                fill(stream, View(dL_dparams, param_dtype(), input.device, 1, static_cast<int64_t>(n_params())), 0.0);
+            return;
+        }
+#if defined(TNN_WITH_GPU)
+        const ffm::FusedLoss loss{kind, loss_scale, target, values, output_dtype() == DType::f32};
+        ffm::gpu_backward(m_layout, param_dtype(), stream, input, ConstView(), dL_dinput, dL_dparams, params,
+                          GradMode::overwrite, &loss);
+#endif  // TNN_WITH_GPU
+    }
+
+private:
     void backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
                        View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
         require_gpu(input.device);
@@ -291,6 +324,32 @@ private:
 };
 
 }  // namespace
+
+namespace ffm {
+
+bool can_fuse_loss(const Module& model, Device device, LossKind kind) {
+#if defined(TNN_WITH_CUDA)
+    // The ReLU / linear-output kernels carry it (the generic ones are at their register limit).
+    const auto* net = dynamic_cast<const FullyFusedMlp*>(&model);
+    return net && net->layout().activation == Activation::ReLU && net->layout().output_activation == Activation::None &&
+           !plan_override().generic_kernels && device.is_gpu() && is_fused_loss_kind(kind);
+#else
+    (void)model, (void)device, (void)kind;
+    return false;  // the gfx12 kernels have no fused step (and a CPU build no kernels at all)
+#endif  // TNN_WITH_CUDA
+}
+
+void fused_loss_backward(const Module& model, const Stream& stream, ConstView input, ConstView target, LossKind kind,
+                         float loss_scale, View values, View* dL_dinput, void* dL_dparams, const void* params) {
+    const auto* net = dynamic_cast<const FullyFusedMlp*>(&model);
+    if (!net || !can_fuse_loss(model, input.device, kind))
+        throw UnsupportedError(msg(model.describe(), ": the fused training step needs a FullyFusedMLP with ReLU hidden "
+                                   "layers and a linear output on an NVIDIA GPU, and one of the losses L2, L1, "
+                                   "RelativeL2, RelativeL1, MAPE, SMAPE"));
+    net->fused_loss_backward(stream, input, target, kind, loss_scale, values, dL_dinput, dL_dparams, params);
+}
+
+}  // namespace ffm
 
 void register_fully_fused_mlp(Registry<NetworkFactory>& registry) {
     // Every dtype is listed so that the factory (not the generic check) reports unsupported ones

@@ -158,7 +158,7 @@ void gpu_forward(const MlpLayout& layout, DType dtype, const Stream& stream, Con
 }
 
 void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, ConstView dL_doutput,
-                  View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) {
+                  View* dL_dinput, void* dL_dparams, const void* params, GradMode mode, const FusedLoss* loss) {
     if (!dL_dinput && !dL_dparams) return;
     const int device = stream.device().index;
     gpu::DeviceGuard guard(device);
@@ -169,11 +169,26 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     const DeviceLimits limits = device_limits(device, dtype, layout.width, true, a.relu, m_tiles);
     const bool try_mt2 = !o.backward_m_tiles && has_backward_m_tiles(layout.width, 2);
     const DeviceLimits limits_mt2 = try_mt2 ? device_limits(device, dtype, layout.width, true, a.relu, 2) : DeviceLimits{};
-    a.dy = dL_doutput.data;
-    a.dy_stride = dL_doutput.stride;
-    a.out_f32 = dL_doutput.dtype == DType::f32;
+    // The fused step stages the fp32 target where the backward stages dL/doutput.
+    const ConstView dy = loss ? loss->target : dL_doutput;
+    a.dy = dy.data;
+    a.dy_stride = dy.stride;
+    a.out_f32 = dy.dtype == DType::f32;
     const int dy_bytes = a.out_f32 ? 4 : 2;
-    a.dy_vec = copy_vector_bytes(dL_doutput.data, dL_doutput.stride * dy_bytes, int64_t(layout.n_output_dims) * dy_bytes);
+    a.dy_vec = copy_vector_bytes(dy.data, dy.stride * dy_bytes, int64_t(layout.n_output_dims) * dy_bytes);
+    if (loss) {
+        if (!a.relu)
+            throw UnsupportedError("FullyFusedMLP: the fused training step is compiled into the kernels for ReLU "
+                                   "hidden layers and a linear output only (can_fuse_loss)");
+        a.fused_loss = true;
+        a.loss_kind = loss->kind;
+        a.y_f32 = loss->output_f32;
+        a.loss_scale = loss->loss_scale;
+        a.loss_n = static_cast<float>(input.rows * int64_t(layout.n_output_dims));  // as losses.cu rounds N
+        a.values = loss->values.ptr<float>();
+        a.values_stride = loss->values.stride;
+        a.values_vec2 = reinterpret_cast<uintptr_t>(a.values) % 8 == 0 && a.values_stride % 2 == 0;
+    }
     if (dL_dinput) {
         a.dx = dL_dinput->data;
         a.dx_stride = dL_dinput->stride;

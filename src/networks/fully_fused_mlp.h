@@ -6,6 +6,8 @@
 
 #include <tnn/network.h>
 
+#include "losses/loss_math.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -231,6 +233,16 @@ struct KernelArgs {
     void* grads = nullptr;         // gridDim.x == 1: dL/dparams (network dtype) written by the kernel itself
     bool accumulate = false;       // ... added to (GradMode::accumulate) instead of overwritten
     void* stash = nullptr;         // [gridDim.x][stash_bytes_per_block] when the stash is global
+    // The fused training step (backward only): dy is the fp32 target, and the kernel takes dL/dy from
+    // the loss of the recomputed output (rounded to the output dtype, y_f32 or T) as Loss::evaluate
+    // does, writing the per-element values [rows, n_out] fp32.
+    bool fused_loss = false;
+    LossKind loss_kind = LossKind::l2;
+    bool y_f32 = false;
+    float loss_scale = 1.0f, loss_n = 1.0f;  // loss_n: rows * n_out as the loss kernel rounds it
+    float* values = nullptr;
+    int64_t values_stride = 0;
+    bool values_vec2 = false;      // values rows 8-byte aligned: pairs leave as float2
     ForwardPlan fwd;
     BackwardPlan bwd;
 };
@@ -241,9 +253,26 @@ struct KernelArgs {
 // it from the input.
 void gpu_forward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, View output,
                  const void* params);
+// loss: the fused training step (dL_doutput unused): forward, loss and backward in the backward kernel.
+struct FusedLoss {
+    LossKind kind;
+    float loss_scale;
+    ConstView target;  // [rows, n_out] fp32
+    View values;       // [rows, n_out] fp32
+    bool output_f32;   // the network's output dtype is fp32 (else its dtype): how the output is rounded
+};
 void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, ConstView dL_doutput,
-                  View* dL_dinput, void* dL_dparams, const void* params, GradMode mode);
+                  View* dL_dinput, void* dL_dparams, const void* params, GradMode mode,
+                  const FusedLoss* loss = nullptr);
 #endif  // TNN_WITH_GPU
+
+// ---- The fused training step for the Trainer (src/model/trainer.cpp). can_fuse_loss: `model` is a
+// FullyFusedMLP with ReLU hidden layers and a linear output, with kernels for it in this build
+// (NVIDIA), on a GPU `device`, and `kind` is one of is_fused_loss_kind. fused_loss_backward: what forward + Loss::evaluate (no pdf) + backward give,
+// bit for bit: values [rows, n_out] fp32 and dL/dparams (overwritten), without writing the output.
+bool can_fuse_loss(const Module& model, Device device, LossKind kind);
+void fused_loss_backward(const Module& model, const Stream& stream, ConstView input, ConstView target, LossKind kind,
+                         float loss_scale, View values, View* dL_dinput, void* dL_dparams, const void* params);
 
 // Largest of 16/8/4/2 bytes dividing the address, the row pitch and the row size of a tensor.
 int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes);

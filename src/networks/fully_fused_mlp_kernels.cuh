@@ -753,6 +753,65 @@ __device__ __forceinline__ void output_dz_chunk(const float (&acc)[MT][2][4], bo
     });
 }
 
+// Calls f(std::integral_constant<LossKind, K>{}) for the fused training step's loss (one of
+// is_fused_loss_kind, which the host checked).
+template <typename F> __device__ __forceinline__ void with_fused_loss_kind(LossKind k, F&& f) {
+    using K = LossKind;
+    switch (k) {
+        case K::l1: f(std::integral_constant<K, K::l1>{}); break;
+        case K::relative_l2: f(std::integral_constant<K, K::relative_l2>{}); break;
+        case K::relative_l1: f(std::integral_constant<K, K::relative_l1>{}); break;
+        case K::mape: f(std::integral_constant<K, K::mape>{}); break;
+        case K::smape: f(std::integral_constant<K, K::smape>{}); break;
+        default: f(std::integral_constant<K, K::l2>{}); break;
+    }
+}
+
+// The fused training step's output layer, chunk c (rows of this warp, global rows from row0), given
+// y = f_out(z) rounded to the output dtype as the forward pass stores it (round_output) and
+// d = f_out'(z): the loss term of y and the staged fp32 target as losses.cu computes it
+// (loss_element, no pdf); its value to args.values; dz = round_T(round_out(gradient) * d) as
+// output_dz_chunk computes it from a stored gradient. So the step equals forward + Loss::evaluate +
+// backward bit for bit.
+// v rounded to the output dtype (fp32, or the network dtype T) and back.
+template <typename T> __device__ __forceinline__ float round_output(bool y_f32, float v) {
+    return y_f32 ? v : gpu::to_acc(gpu::from_acc<T>(v));
+}
+// One m16 tile (MM) at a time, so that y and d cost 16 registers, not 16 * MT.
+template <typename T, int MT, int MM>
+__device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, const float (&y)[2][4], const float (&d)[2][4],
+                                                    const char* tt, int t_stride, T* dz, int dz_stride, int c, int valid,
+                                                    int64_t row0, int lane) {
+    const int n_out = args.shape.n_out;
+    with_fused_loss_kind(args.loss_kind, [&](auto kind) {
+        constexpr LossKind K = decltype(kind)::value;
+        for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
+            if (m != MM) return;
+            const float* tr = reinterpret_cast<const float*>(tt + row * t_stride) + col;
+            float g[2] = {0.0f, 0.0f}, v[2] = {0.0f, 0.0f};
+            bool ok[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                ok[e] = row < valid && col + e < n_out;
+                if (ok[e]) {
+                    const LossTerm<float> term =
+                        loss_element<K, float>(y[j][2 * hh + e], tr[e], 1.0f, 0.0f, args.loss_n, args.loss_scale);
+                    v[e] = term.value;
+                    g[e] = round_output<T>(args.y_f32, term.gradient) * d[j][2 * hh + e];
+                }
+            }
+            float* vr = args.values + (row0 + row) * args.values_stride + col;
+            if (ok[1] && args.values_vec2) {
+                *reinterpret_cast<float2*>(vr) = make_float2(v[0], v[1]);
+            } else {
+                if (ok[0]) vr[0] = v[0];
+                if (ok[1]) vr[1] = v[1];
+            }
+            *reinterpret_cast<uint32_t*>(dz + row * dz_stride + col) = pack2<T>(g[0], g[1]);
+        });
+    });
+}
+
 // Backward chain, chunk c of dL/da_{l-1}: dz_{l-1} = round_T(dL/da * f'(z_{l-1})) with f' read off the
 // stored a (None, ReLU, LeakyReLU; ACT = that activation) or the stored f'(z) (any other ACT). The
 // result goes to the A fragments for the next chain step and to the dz tile for the dW pass.
@@ -1020,10 +1079,30 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
             for (int c = 0; c < s.pout / 16; ++c) {
                 float acc[MT][2][4];
                 output_chunk<T>(acc, c, h, w, lane);
-                with_output_activation<RELU>(args.out_act, [&](auto A) {
-                    output_dz_chunk<T>(acc, args.out_f32, dyt, p.dy_stride, dz_top + wrow * p.dz_stride, p.dz_stride, c,
-                                       s.n_out, valid, lane, [](float z) { return act_deriv<decltype(A)::value>(z); });
-                });
+                if (RELU && args.fused_loss) {
+                    // The fused training step (compiled into the ReLU / linear-output kernels only; the
+                    // launcher refuses it for the others): dyt holds the fp32 target, f_out is the identity.
+                    auto tile = [&](auto mm) {
+                        constexpr int M = decltype(mm)::value;
+                        float y[2][4], d[2][4];
+#pragma unroll
+                        for (int j = 0; j < 2; ++j)
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) {
+                                y[j][i] = round_output<T>(args.y_f32, acc[M][j][i]);
+                                d[j][i] = act_deriv<Activation::None>(acc[M][j][i]);
+                            }
+                        output_loss_dz_tile<T, MT, M>(args, y, d, dyt, p.dy_stride, dz_top + wrow * p.dz_stride,
+                                                      p.dz_stride, c, valid, row0, lane);
+                    };
+                    tile(std::integral_constant<int, 0>{});
+                    if constexpr (MT > 1) tile(std::integral_constant<int, 1>{});
+                } else {
+                    with_output_activation<RELU>(args.out_act, [&](auto A) {
+                        output_dz_chunk<T>(acc, args.out_f32, dyt, p.dy_stride, dz_top + wrow * p.dz_stride, p.dz_stride,
+                                           c, s.n_out, valid, lane, [](float z) { return act_deriv<decltype(A)::value>(z); });
+                    });
+                }
             }
         }
         __syncwarp();  // the dy tile is consumed: prefetch the next one

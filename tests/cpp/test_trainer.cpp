@@ -1,7 +1,10 @@
 // Trainer and checkpoints: training reduces the loss, EMA weights drive inference, save/load
 // resumes bit for bit (in this process and in new `tnn` processes), and damaged or mismatched
-// checkpoints are refused with a CheckpointError while the file and the trainer stay untouched.
+// checkpoints are refused with a CheckpointError while the file and the trainer stay untouched; the
+// fused loss step stays off on the CPU.
 #include "test_util.h"
+
+#include "losses/loss_gpu.h"
 
 #include <cstdio>
 #include <cstring>
@@ -194,4 +197,21 @@ TEST(Trainer, BadCalls) {
     EXPECT_THROW(Trainer(2, 2, {{"network", {{"otype", "PortableMLP"}}}, {"optimizer", {{"otype", "Adam"}, {"learning_rate", "x"}}}},
                          Device::cpu()),
                  ConfigError);
+}
+
+TEST(Trainer, FusedLossStepOnlyOnTheGpu) {
+    // The fused step needs FullyFusedMLP kernels (trainer.h): a CPU trainer never takes it, whatever
+    // its switch says, and the loss kinds it would use are known.
+    Trainer t(2, 2, small_config(), Device::cpu(), 1);
+    EXPECT_FALSE(t.fused_loss());
+    t.set_fused_loss(true);
+    EXPECT_FALSE(t.fused_loss());
+    train(t, 3);
+    EXPECT_TRUE(std::isfinite(t.loss(Stream::cpu())));
+    LossKind kind;
+    EXPECT_TRUE(loss_kind_of(*create_loss({{"otype", "SMAPE"}}), &kind));
+    EXPECT_EQ(kind, LossKind::smape);
+    EXPECT_TRUE(is_fused_loss_kind(LossKind::relative_l2));
+    EXPECT_FALSE(is_fused_loss_kind(LossKind::relative_l2_luminance));
+    EXPECT_FALSE(is_fused_loss_kind(LossKind::cross_entropy));
 }

@@ -2,9 +2,11 @@
 // every activation, bias, batch 0 / 1 / 7 / 1000 / 65537, fp32 or 16-bit input, 16-bit or fp32
 // output, strided views) x {float16, bfloat16}, each compared with MlpReference<double> under the
 // "no worse than 4x the naive 16-bit loop (MlpReference<half> / <bfloat16>)" rule plus an
-// elementwise bound; then the fallback plans, bitwise reproducibility, accumulation, graph capture.
+// elementwise bound; then the fallback plans, bitwise reproducibility, accumulation, graph capture,
+// and the fused training step against the unfused calls.
 #include "gpu_test_util.h"
 
+#include "losses/loss_gpu.h"
 #include "networks/fully_fused_mlp.h"
 #include "networks/portable_mlp.h"
 
@@ -444,6 +446,100 @@ TEST(FullyFusedMlpGpuProps, TrainingStepReplaysFromACapturedGraph) {
     (void)gpu_graph_destroy(graph);
 }
 #endif  // TNN_WITH_GPU
+
+TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
+    // The fused training step (ffm::fused_loss_backward: the loss gradient taken inside the backward
+    // kernel from the recomputed output) against the three calls it replaces, forward +
+    // Loss::evaluate + backward: the same loss values, dL/dinput and dL/dparams, bit for bit. Every
+    // ReLU / linear-output case (fp32 and 16-bit input and output, bias, batches 0, 1, 7 and tails),
+    // both dtypes, every fused loss with the planner's choice, and L2 under the fallbacks.
+    TNN_SKIP_WITHOUT_GPU();
+    std::vector<ffm::PlanOverride> overrides(4);
+    overrides[1].backward_m_tiles = 1;
+    overrides[2].backward_m_tiles = 2;
+    overrides[3].stream_weights = overrides[3].stash_in_global = overrides[3].dw_in_global = true;
+    overrides[3].backward_warps = 2;
+    const Device dev = Device::gpu(0);
+    int ran = 0;
+    for (const FusedCase& c : fused_cases()) {
+        if (c.act != "ReLU" || c.out_act != "None" || c.strided) continue;
+        for (DType dtype : {DType::f16, DType::bf16})
+            for (size_t oi = 0; oi < overrides.size(); ++oi) {
+                if (overrides[oi].backward_m_tiles && !ffm::has_backward_m_tiles(c.width, overrides[oi].backward_m_tiles))
+                    continue;
+                for (const char* loss_name : {"L2", "L1", "RelativeL2", "RelativeL1", "MAPE", "SMAPE"}) {
+                    if (oi > 0 && std::string(loss_name) != "L2") continue;
+                    const std::string what = msg(c.name, " ", dtype_name(dtype), " ", loss_name, " override ", oi);
+                    const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
+                    const auto loss = create_loss({{"otype", loss_name}});
+                    LossKind kind;
+                    ASSERT_TRUE(loss_kind_of(*loss, &kind)) << what;
+                    ASSERT_TRUE(ffm::can_fuse_loss(*net, dev, kind)) << what;
+                    const FusedData d = make_data(c, *net, 31);
+                    const Tensor target_host = host_tensor(draw(size_t(c.batch) * c.n_out, 1.0, false, 37), c.batch,
+                                                           c.n_out, DType::f32);
+                    OverrideScope scope(overrides[oi]);
+                    TestStream stream(dev);
+                    const Tensor x = to_device(d.x, dev), p = to_device(d.params, dev), target = to_device(target_host, dev);
+                    auto tensor = [&](int64_t cols, DType t) {
+                        Tensor r(c.batch, cols, t, dev);
+                        fill(stream, r.view(), 7.0);  // every value must be written
+                        return r;
+                    };
+                    Tensor y = tensor(c.n_out, net->output_dtype()), dy = tensor(c.n_out, net->output_dtype());
+                    Tensor values_a = tensor(c.n_out, DType::f32), values_b = tensor(c.n_out, DType::f32);
+                    Tensor dx_a = tensor(c.n_in, x.dtype()), dx_b = tensor(c.n_in, x.dtype());
+                    Tensor dp_a(1, int64_t(net->n_params()), dtype, dev), dp_b(1, int64_t(net->n_params()), dtype, dev);
+                    fill(stream, dp_a.view(), 7.0);
+                    fill(stream, dp_b.view(), 7.0);
+                    constexpr float kLossScale = 128.0f;
+                    auto ctx = net->forward(stream, x.view(), y.view(), p.data(), true);
+                    loss->evaluate(stream, kLossScale, y.view(), target.view(), nullptr, values_a.view(), dy.view());
+                    View dxa = dx_a.view(), dxb = dx_b.view();
+                    net->backward(stream, *ctx, x.view(), y.view(), dy.view(), &dxa, dp_a.data(), p.data(),
+                                  GradMode::overwrite);
+                    ffm::fused_loss_backward(*net, stream, x.view(), target.view(), kind, kLossScale, values_b.view(), &dxb,
+                                             dp_b.data(), p.data());
+                    stream.stream().synchronize();
+                    expect_same_bits(to_floats(values_b.to(Device::cpu(), stream)),
+                                     to_floats(values_a.to(Device::cpu(), stream)), what + " loss values");
+                    expect_same_bits(to_floats(dx_b.to(Device::cpu(), stream)), to_floats(dx_a.to(Device::cpu(), stream)),
+                                     what + " dL/dinput");
+                    expect_same_bits(to_floats(dp_b.to(Device::cpu(), stream)), to_floats(dp_a.to(Device::cpu(), stream)),
+                                     what + " dL/dparams");
+                    ++ran;
+                }
+            }
+    }
+    EXPECT_GT(ran, 100);
+}
+
+TEST(FullyFusedMlpGpuFusedLoss, RefusedWhereTheKernelsDoNotCarryIt) {
+    // Only the ReLU / linear-output kernels carry the fused step, only for the elementwise losses, and
+    // never on the CPU: everywhere else can_fuse_loss is false and a direct call is an error.
+    const Device gpu = Device::gpu(0);
+    const auto relu = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 16}, {"activation", "ReLU"}});
+    const auto tanh = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 16}, {"activation", "Tanh"}});
+    const auto sig = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 16}, {"output_activation", "Sigmoid"}});
+    const auto portable = create_network(3, 4, {{"otype", "PortableMLP"}, {"n_neurons", 16}, {"activation", "ReLU"}});
+    EXPECT_FALSE(ffm::can_fuse_loss(*relu, Device::cpu(), LossKind::l2));
+    EXPECT_FALSE(ffm::can_fuse_loss(*relu, gpu, LossKind::cross_entropy));
+    EXPECT_FALSE(ffm::can_fuse_loss(*relu, gpu, LossKind::relative_l2_luminance));
+    EXPECT_FALSE(ffm::can_fuse_loss(*tanh, gpu, LossKind::l2));
+    EXPECT_FALSE(ffm::can_fuse_loss(*sig, gpu, LossKind::l2));
+    EXPECT_FALSE(ffm::can_fuse_loss(*portable, gpu, LossKind::l2));
+#if defined(TNN_WITH_CUDA)
+    EXPECT_TRUE(ffm::can_fuse_loss(*relu, gpu, LossKind::smape));
+#endif  // TNN_WITH_CUDA
+    Tensor x(2, 3, DType::f32), t(2, 4, DType::f32), v(2, 4, DType::f32);
+    std::vector<tnn::half> p(relu->n_params(), tnn::half(0.0f)), g(relu->n_params());
+    EXPECT_THROW(ffm::fused_loss_backward(*relu, Stream::cpu(), x.view(), t.view(), LossKind::l2, 1.0f, v.view(), nullptr,
+                                          g.data(), p.data()),
+                 UnsupportedError);
+    EXPECT_THROW(ffm::fused_loss_backward(*portable, Stream::cpu(), x.view(), t.view(), LossKind::l2, 1.0f, v.view(),
+                                          nullptr, g.data(), p.data()),
+                 UnsupportedError);
+}
 
 TEST(FullyFusedMlpGpuProps, BadConfigsAndDevicesRaise) {
     // Config errors need no GPU; the device error is the one a CPU call gets.

@@ -397,6 +397,85 @@ TEST(GpuTrainerCheckpoint, ResumeIsBitExactOnTheGpu) {
     std::remove(path.c_str());
 }
 
+// ---- The fused step (forward, loss and backward of a FullyFusedMLP in one kernel) equals the unfused one.
+
+json relu_fused_mlp() {
+    json j = mlp("FullyFusedMLP", "float16", 64);
+    j["activation"] = "ReLU";
+    return j;
+}
+
+TEST(GpuTrainerFusedLoss, EqualsTheUnfusedStepBitForBit) {
+    // Two trainers with the same seed, one fused (the default) and one not, graphs on in both (the
+    // step is captured at the third step): the same loss after every step, the same weights.
+    const std::vector<ModelCase> models = {
+        {"FullyFusedMLP", relu_fused_mlp(), nullptr},
+        {"Identity_FullyFusedMLP", relu_fused_mlp(), {{"otype", "Identity"}, {"scale", 0.5}}},
+        {"HashGrid_FullyFusedMLP", relu_fused_mlp(),
+         {{"otype", "HashGrid"}, {"n_levels", 4}, {"log2_hashmap_size", 12}, {"base_resolution", 4}, {"deterministic", true}}},
+    };
+    const json adam = {{"otype", "Adam"}, {"learning_rate", 1e-2}};
+    for (const ModelCase& m : models) {
+        SKIP_UNLESS_GPU_MODEL(m);
+        for (const char* loss : {"L2", "RelativeL2"}) {
+            const std::string what = m.name + " " + loss;
+            auto fused = make_trainer(build_model(m), adam, Device::gpu(0), {{"otype", loss}});
+            auto plain = make_trainer(build_model(m), adam, Device::gpu(0), {{"otype", loss}});
+            plain->set_fused_loss(false);
+#if defined(TNN_WITH_CUDA)
+            EXPECT_TRUE(fused->fused_loss()) << what;
+#endif  // TNN_WITH_CUDA
+            EXPECT_FALSE(plain->fused_loss()) << what;
+            TestStream s1(Device::gpu(0)), s2(Device::gpu(0));
+            Batch b1(777, DType::f32, Device::gpu(0)), b2(777, DType::f32, Device::gpu(0));
+            for (int k = 0; k < 6; ++k) {
+                b1.load(s1, k);
+                b2.load(s2, k);
+                fused->step(s1, b1.x.view(), b1.y.view());
+                plain->step(s2, b2.x.view(), b2.y.view());
+                const double a = fused->loss(s1), b = plain->loss(s2);
+                EXPECT_TRUE(loss_bits_equal(a, b)) << what << ": loss of step " << k + 1 << ": " << a << " vs " << b;
+            }
+            expect_same_bits(fused->params_host(s1), plain->params_host(s2), what + " weights");
+            EXPECT_EQ(fused->graph_captures(), 1u) << what;
+        }
+    }
+}
+
+TEST(GpuTrainerFusedLoss, OnlyWhereTheKernelsCarryIt) {
+    // Other activations, losses with a row term or none of the elementwise ones, other networks and a
+    // step with a pdf take the unfused step; the switch turns it off and on.
+    TNN_SKIP_WITHOUT_GPU();
+    const json adam = {{"otype", "Adam"}};
+    const ModelCase relu{"FullyFusedMLP", relu_fused_mlp(), nullptr};
+    const ModelCase tanh{"FullyFusedMLP_tanh", mlp("FullyFusedMLP", "float16", 64), nullptr};
+    const ModelCase portable{"PortableMLP", mlp("PortableMLP", "float32"), nullptr};
+    SKIP_UNLESS_GPU_MODEL(relu);
+    EXPECT_FALSE(make_trainer(build_model(tanh), adam, Device::gpu(0))->fused_loss());
+    EXPECT_FALSE(make_trainer(build_model(portable), adam, Device::gpu(0))->fused_loss());
+    EXPECT_FALSE(make_trainer(build_model(relu), adam, Device::gpu(0), {{"otype", "CrossEntropy"}})->fused_loss());
+    auto t = make_trainer(build_model(relu), adam, Device::gpu(0));
+#if defined(TNN_WITH_CUDA)
+    EXPECT_TRUE(t->fused_loss());
+#endif  // TNN_WITH_CUDA
+    t->set_fused_loss(false);
+    EXPECT_FALSE(t->fused_loss());
+    t->set_fused_loss(true);
+    // A pdf: the unfused step, which must equal a trainer that never fuses.
+    auto plain = make_trainer(build_model(relu), adam, Device::gpu(0));
+    plain->set_fused_loss(false);
+    TestStream stream(Device::gpu(0));
+    Batch b(100, DType::f32, Device::gpu(0));
+    b.load(stream, 0);
+    Tensor pdf(100, 1, DType::f32, Device::gpu(0));
+    fill(stream, pdf.view(), 0.5);
+    const ConstView pdf_view = pdf.view();
+    t->step(stream, b.x.view(), b.y.view(), &pdf_view);
+    plain->step(stream, b.x.view(), b.y.view(), &pdf_view);
+    EXPECT_TRUE(loss_bits_equal(t->loss(stream), plain->loss(stream)));
+    expect_same_bits(t->params_host(stream), plain->params_host(stream), "a step with a pdf");
+}
+
 TEST(GpuTrainerErrors, BadInputIsRefusedBeforeAndAfterCapture) {
     SKIP_UNLESS_GPU_MODEL(portable());
     auto t = make_trainer(build_model(portable()), {{"otype", "Adam"}}, Device::gpu(0));
