@@ -169,20 +169,24 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     const DeviceLimits limits = device_limits(device, dtype, layout.width, true, a.relu, m_tiles);
     const bool try_mt2 = !o.backward_m_tiles && has_backward_m_tiles(layout.width, 2);
     const DeviceLimits limits_mt2 = try_mt2 ? device_limits(device, dtype, layout.width, true, a.relu, 2) : DeviceLimits{};
-    // The fused step stages the fp32 target where the backward stages dL/doutput.
-    const ConstView dy = loss ? loss->target : dL_doutput;
-    a.dy = dy.data;
-    a.dy_stride = dy.stride;
-    a.out_f32 = dy.dtype == DType::f32;
+    // The fused step plans as the unfused backward would with dL/doutput in the output dtype (same
+    // tiles, so the same dW summation order), but reads the target instead.
+    a.out_f32 = loss ? loss->output_f32 : dL_doutput.dtype == DType::f32;
     const int dy_bytes = a.out_f32 ? 4 : 2;
-    a.dy_vec = copy_vector_bytes(dy.data, dy.stride * dy_bytes, int64_t(layout.n_output_dims) * dy_bytes);
-    if (loss) {
+    if (!loss) {
+        a.dy = dL_doutput.data;
+        a.dy_stride = dL_doutput.stride;
+        a.dy_vec = copy_vector_bytes(dL_doutput.data, dL_doutput.stride * dy_bytes,
+                                     int64_t(layout.n_output_dims) * dy_bytes);
+    } else {
         if (!a.relu)
             throw UnsupportedError("FullyFusedMLP: the fused training step is compiled into the kernels for ReLU "
                                    "hidden layers and a linear output only (can_fuse_loss)");
         a.fused_loss = true;
+        a.target = loss->target.ptr<float>();
+        a.target_stride = loss->target.stride;
+        a.target_vec2 = reinterpret_cast<uintptr_t>(a.target) % 8 == 0 && a.target_stride % 2 == 0;
         a.loss_kind = loss->kind;
-        a.y_f32 = loss->output_f32;
         a.loss_scale = loss->loss_scale;
         a.loss_n = static_cast<float>(input.rows * int64_t(layout.n_output_dims));  // as losses.cu rounds N
         a.values = loss->values.ptr<float>();

@@ -233,12 +233,15 @@ struct KernelArgs {
     void* grads = nullptr;         // gridDim.x == 1: dL/dparams (network dtype) written by the kernel itself
     bool accumulate = false;       // ... added to (GradMode::accumulate) instead of overwritten
     void* stash = nullptr;         // [gridDim.x][stash_bytes_per_block] when the stash is global
-    // The fused training step (backward only): dy is the fp32 target, and the kernel takes dL/dy from
-    // the loss of the recomputed output (rounded to the output dtype, y_f32 or T) as Loss::evaluate
-    // does, writing the per-element values [rows, n_out] fp32.
+    // The fused training step (backward only; dy unused): the kernel takes dL/dy from the loss of the
+    // recomputed output (rounded to the output dtype: fp32 if out_f32, else T) and the fp32 target, as
+    // Loss::evaluate does, writing the per-element values [rows, n_out] fp32. The plan is the unfused
+    // backward's (dy tile included, unused), so that dW sums its rows in the same order.
     bool fused_loss = false;
+    const float* target = nullptr;
+    int64_t target_stride = 0;
+    bool target_vec2 = false;      // target rows 8-byte aligned: pairs load as float2
     LossKind loss_kind = LossKind::l2;
-    bool y_f32 = false;
     float loss_scale = 1.0f, loss_n = 1.0f;  // loss_n: rows * n_out as the loss kernel rounds it
     float* values = nullptr;
     int64_t values_stride = 0;

@@ -769,7 +769,7 @@ template <typename F> __device__ __forceinline__ void with_fused_loss_kind(LossK
 
 // The fused training step's output layer, chunk c (rows of this warp, global rows from row0), given
 // y = f_out(z) rounded to the output dtype as the forward pass stores it (round_output) and
-// d = f_out'(z): the loss term of y and the staged fp32 target as losses.cu computes it
+// d = f_out'(z): the loss term of y and the fp32 target as losses.cu computes it
 // (loss_element, no pdf); its value to args.values; dz = round_T(round_out(gradient) * d) as
 // output_dz_chunk computes it from a stored gradient. So the step equals forward + Loss::evaluate +
 // backward bit for bit.
@@ -780,24 +780,33 @@ template <typename T> __device__ __forceinline__ float round_output(bool y_f32, 
 // One m16 tile (MM) at a time, so that y and d cost 16 registers, not 16 * MT.
 template <typename T, int MT, int MM>
 __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, const float (&y)[2][4], const float (&d)[2][4],
-                                                    const char* tt, int t_stride, T* dz, int dz_stride, int c, int valid,
-                                                    int64_t row0, int lane) {
+                                                    T* dz, int dz_stride, int c, int valid, int64_t row0, int lane) {
     const int n_out = args.shape.n_out;
     with_fused_loss_kind(args.loss_kind, [&](auto kind) {
         constexpr LossKind K = decltype(kind)::value;
         for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
             if (m != MM) return;
-            const float* tr = reinterpret_cast<const float*>(tt + row * t_stride) + col;
-            float g[2] = {0.0f, 0.0f}, v[2] = {0.0f, 0.0f};
+            // The target straight from global memory: staging it would change the plan (and with it
+            // the order in which dW sums the tile's rows) against the unfused backward's.
+            const float* tr = args.target + (row0 + row) * args.target_stride + col;
+            float g[2] = {0.0f, 0.0f}, v[2] = {0.0f, 0.0f}, t[2] = {0.0f, 0.0f};
             bool ok[2];
 #pragma unroll
+            for (int e = 0; e < 2; ++e) ok[e] = row < valid && col + e < n_out;
+            if (ok[1] && args.target_vec2) {
+                const float2 t2 = *reinterpret_cast<const float2*>(tr);
+                t[0] = t2.x, t[1] = t2.y;
+            } else {
+                if (ok[0]) t[0] = tr[0];
+                if (ok[1]) t[1] = tr[1];
+            }
+#pragma unroll
             for (int e = 0; e < 2; ++e) {
-                ok[e] = row < valid && col + e < n_out;
                 if (ok[e]) {
                     const LossTerm<float> term =
-                        loss_element<K, float>(y[j][2 * hh + e], tr[e], 1.0f, 0.0f, args.loss_n, args.loss_scale);
+                        loss_element<K, float>(y[j][2 * hh + e], t[e], 1.0f, 0.0f, args.loss_n, args.loss_scale);
                     v[e] = term.value;
-                    g[e] = round_output<T>(args.y_f32, term.gradient) * d[j][2 * hh + e];
+                    g[e] = round_output<T>(args.out_f32, term.gradient) * d[j][2 * hh + e];
                 }
             }
             float* vr = args.values + (row0 + row) * args.values_stride + col;
@@ -1005,7 +1014,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
         for (int l = 0; l <= L; ++l) load_slot<T>(args, l, wsm + s.slot_offset(l));
     if (blockIdx.x < n_tiles) {
         issue_input(blockIdx.x);
-        issue_dy(blockIdx.x);
+        if (!args.fused_loss) issue_dy(blockIdx.x);
     }
     cp_async_commit();
     cp_async_wait_all();
@@ -1081,7 +1090,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                 output_chunk<T>(acc, c, h, w, lane);
                 if (RELU && args.fused_loss) {
                     // The fused training step (compiled into the ReLU / linear-output kernels only; the
-                    // launcher refuses it for the others): dyt holds the fp32 target, f_out is the identity.
+                    // launcher refuses it for the others): f_out is the identity, no dy tile was staged.
                     auto tile = [&](auto mm) {
                         constexpr int M = decltype(mm)::value;
                         float y[2][4], d[2][4];
@@ -1089,11 +1098,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                         for (int j = 0; j < 2; ++j)
 #pragma unroll
                             for (int i = 0; i < 4; ++i) {
-                                y[j][i] = round_output<T>(args.y_f32, acc[M][j][i]);
+                                y[j][i] = round_output<T>(args.out_f32, acc[M][j][i]);
                                 d[j][i] = act_deriv<Activation::None>(acc[M][j][i]);
                             }
-                        output_loss_dz_tile<T, MT, M>(args, y, d, dyt, p.dy_stride, dz_top + wrow * p.dz_stride,
-                                                      p.dz_stride, c, valid, row0, lane);
+                        output_loss_dz_tile<T, MT, M>(args, y, d, dz_top + wrow * p.dz_stride, p.dz_stride, c, valid,
+                                                      row0, lane);
                     };
                     tile(std::integral_constant<int, 0>{});
                     if constexpr (MT > 1) tile(std::integral_constant<int, 1>{});
@@ -1106,7 +1115,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
             }
         }
         __syncwarp();  // the dy tile is consumed: prefetch the next one
-        if (has_next) issue_dy(tile + gridDim.x);
+        if (has_next && !args.fused_loss) issue_dy(tile + gridDim.x);
         cp_async_commit();
 
         // ---- Backward through the layers.
