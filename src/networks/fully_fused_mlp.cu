@@ -169,15 +169,14 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     const DeviceLimits limits = device_limits(device, dtype, layout.width, true, a.relu, m_tiles);
     const bool try_mt2 = !o.backward_m_tiles && has_backward_m_tiles(layout.width, 2);
     const DeviceLimits limits_mt2 = try_mt2 ? device_limits(device, dtype, layout.width, true, a.relu, 2) : DeviceLimits{};
-    // The fused step plans as the unfused backward would with dL/doutput in the output dtype (same
-    // tiles, so the same dW summation order), but reads the target instead.
+    // dL/doutput in the output dtype; the fused step takes the loss instead (KernelArgs).
     a.out_f32 = loss ? loss->output_f32 : dL_doutput.dtype == DType::f32;
-    const int dy_bytes = a.out_f32 ? 4 : 2;
+    a.dy_f32 = a.out_f32;
     if (!loss) {
         a.dy = dL_doutput.data;
         a.dy_stride = dL_doutput.stride;
-        a.dy_vec = copy_vector_bytes(dL_doutput.data, dL_doutput.stride * dy_bytes,
-                                     int64_t(layout.n_output_dims) * dy_bytes);
+        const int b = a.dy_f32 ? 4 : 2;
+        a.dy_vec = copy_vector_bytes(dL_doutput.data, dL_doutput.stride * b, int64_t(layout.n_output_dims) * b);
     } else {
         if (!a.relu)
             throw UnsupportedError("FullyFusedMLP: the fused training step is compiled into the kernels for ReLU "
@@ -197,16 +196,46 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         a.dx = dL_dinput->data;
         a.dx_stride = dL_dinput->stride;
     }
-    a.bwd = plan_backward(a.shape, a.in_f32 ? 4 : 2, dy_bytes, layout.activation, dL_dparams != nullptr, limits, o,
-                          try_mt2 ? &limits_mt2 : nullptr);
     const int64_t n_params = a.shape.n_params();
-    int grid = grid_size(a.rows, int64_t(a.bwd.n_warps) * a.bwd.rows_per_warp, gpu::device_properties(device).sm_count,
-                         a.bwd.blocks_per_sm);
-    // Per-block partials (and a global stash) are bounded to 256 MiB each for very deep networks.
-    constexpr int64_t kScratchCap = int64_t(256) << 20;
-    if (dL_dparams) grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(grid, kScratchCap / (n_params * 4))));
-    if (!a.bwd.stash_in_smem)
-        grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(grid, kScratchCap / a.bwd.stash_bytes_per_block)));
+    const int sm_count = gpu::device_properties(device).sm_count;
+    // Blocks of a plan. Per-block partials (and a global stash) are bounded to 256 MiB each for very
+    // deep networks.
+    auto grid_of = [&](const BackwardPlan& p) {
+        constexpr int64_t kScratchCap = int64_t(256) << 20;
+        int g = grid_size(a.rows, int64_t(p.n_warps) * p.rows_per_warp, sm_count, p.blocks_per_sm);
+        if (dL_dparams) g = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, kScratchCap / (n_params * 4))));
+        if (!p.stash_in_smem)
+            g = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, kScratchCap / p.stash_bytes_per_block)));
+        return g;
+    };
+    auto plan = [&](int dy_bytes) {
+        return plan_backward(a.shape, a.in_f32 ? 4 : 2, dy_bytes, layout.activation, dL_dparams != nullptr, limits, o,
+                             try_mt2 ? &limits_mt2 : nullptr);
+    };
+    a.bwd = plan(a.dy_f32 ? 4 : 2);
+    int grid = grid_of(a.bwd);
+    if (loss && !a.dy_f32 && !o.fused_target_global) {
+        // Staging the fp32 target needs more shared memory per row than dL/doutput would: take that
+        // plan only when it keeps the unfused plan's rows per block and blocks (so dW sums the same
+        // rows in the same order); otherwise the epilogue reads the target from global memory.
+        try {
+            const BackwardPlan staged = plan(4);
+            const int staged_grid = grid_of(staged);
+            if (staged.n_warps == a.bwd.n_warps && staged.rows_per_warp == a.bwd.rows_per_warp && staged_grid == grid) {
+                a.bwd = staged;
+                a.staged_target = true;
+            }
+        } catch (const UnsupportedError&) {  // the staged plan fits nowhere: keep the global reads
+        }
+    } else if (loss && !o.fused_target_global) {
+        a.staged_target = true;  // fp32 output: the target has dL/doutput's size
+    }
+    if (a.staged_target) {
+        a.dy = a.target;
+        a.dy_stride = a.target_stride;
+        a.dy_f32 = true;
+        a.dy_vec = copy_vector_bytes(a.target, a.target_stride * 4, int64_t(layout.n_output_dims) * 4);
+    }
 
     // One block (small batches): the kernel writes dL/dparams itself; no partials (unless its
     // accumulators live in global memory) and no reduction launch.

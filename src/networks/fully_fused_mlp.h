@@ -195,6 +195,7 @@ struct PlanOverride {
     bool stream_weights = false, stash_in_global = false, dw_in_global = false;
     bool generic_kernels = false;  // ReLU / None networks too take the kernels that switch at run time
     int backward_m_tiles = 0;      // m16 tiles per warp in the backward pass (1 or 2)
+    bool fused_target_global = false;  // the fused training step reads the target from global memory
 };
 void set_plan_override(const PlanOverride& o);
 PlanOverride plan_override();
@@ -224,20 +225,24 @@ struct KernelArgs {
     int64_t out_stride = 0;
     bool out_f32 = false;
     int out_vec = 16;
-    const void* dy = nullptr;      // dL/doutput, dtype of the output
+    const void* dy = nullptr;      // dL/doutput, dtype of the output (or the fp32 target, staged_target)
     int64_t dy_stride = 0;
     int dy_vec = 16;
+    bool dy_f32 = false;           // the staged dy rows are fp32
     void* dx = nullptr;            // dL/dinput (optional), dtype of the input
     int64_t dx_stride = 0;
     float* dw_partials = nullptr;  // [gridDim.x][n_params] fp32, fragment order (Shape::fragment_index)
     void* grads = nullptr;         // gridDim.x == 1: dL/dparams (network dtype) written by the kernel itself
     bool accumulate = false;       // ... added to (GradMode::accumulate) instead of overwritten
     void* stash = nullptr;         // [gridDim.x][stash_bytes_per_block] when the stash is global
-    // The fused training step (backward only; dy unused): the kernel takes dL/dy from the loss of the
-    // recomputed output (rounded to the output dtype: fp32 if out_f32, else T) and the fp32 target, as
-    // Loss::evaluate does, writing the per-element values [rows, n_out] fp32. The plan is the unfused
-    // backward's (dy tile included, unused), so that dW sums its rows in the same order.
+    // The fused training step (backward only): the kernel takes dL/dy from the loss of the recomputed
+    // output (rounded to the output dtype: fp32 if out_f32, else T) and the fp32 target, as
+    // Loss::evaluate does, writing the per-element values [rows, n_out] fp32. The target is staged
+    // like dy (dy = target, dy_f32) when that plan has the unfused backward's tiles and grid, else read
+    // from global memory in the epilogue under the unfused plan: either way dW sums the same rows in
+    // the same order as the unfused backward.
     bool fused_loss = false;
+    bool staged_target = false;
     const float* target = nullptr;
     int64_t target_stride = 0;
     bool target_vec2 = false;      // target rows 8-byte aligned: pairs load as float2

@@ -456,7 +456,7 @@ __global__ void __launch_bounds__(kMaxWarps * kLanes) fully_fused_mlp_gfx12_back
     const int64_t tile_elems = int64_t(R) * p.act_stride, dz_elems = int64_t(R) * p.dz_stride;
     auto stash_a = [&](int l) TNN_FFM_INLINE { return stash + (int64_t(l) * p.n_stashes) * tile_elems; };
     auto stash_d = [&](int l) TNN_FFM_INLINE { return stash + (int64_t(l) * p.n_stashes + 1) * tile_elems; };
-    const int dy_bytes = args.out_f32 ? 4 : 2;
+    const int dy_bytes = args.dy_f32 ? 4 : 2;
 
     auto ensure_layer = [&](int l) TNN_FFM_INLINE -> const char* {
         if (p.weights_resident) return wsm + geo.slot_offset(l);

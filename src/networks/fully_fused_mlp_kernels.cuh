@@ -780,20 +780,21 @@ template <typename T> __device__ __forceinline__ float round_output(bool y_f32, 
 // One m16 tile (MM) at a time, so that y and d cost 16 registers, not 16 * MT.
 template <typename T, int MT, int MM>
 __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, const float (&y)[2][4], const float (&d)[2][4],
-                                                    T* dz, int dz_stride, int c, int valid, int64_t row0, int lane) {
+                                                    const char* dyt, int dy_stride, T* dz, int dz_stride, int c,
+                                                    int valid, int64_t row0, int lane) {
     const int n_out = args.shape.n_out;
     with_fused_loss_kind(args.loss_kind, [&](auto kind) {
         constexpr LossKind K = decltype(kind)::value;
         for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
             if (m != MM) return;
-            // The target straight from global memory: staging it would change the plan (and with it
-            // the order in which dW sums the tile's rows) against the unfused backward's.
-            const float* tr = args.target + (row0 + row) * args.target_stride + col;
+            // The staged target, or the target straight from global memory (KernelArgs::staged_target).
+            const float* tr = args.staged_target ? reinterpret_cast<const float*>(dyt + row * dy_stride) + col
+                                                 : args.target + (row0 + row) * args.target_stride + col;
             float g[2] = {0.0f, 0.0f}, v[2] = {0.0f, 0.0f}, t[2] = {0.0f, 0.0f};
             bool ok[2];
 #pragma unroll
             for (int e = 0; e < 2; ++e) ok[e] = row < valid && col + e < n_out;
-            if (ok[1] && args.target_vec2) {
+            if (ok[1] && (args.staged_target || args.target_vec2)) {
                 const float2 t2 = *reinterpret_cast<const float2*>(tr);
                 t[0] = t2.x, t[1] = t2.y;
             } else {
@@ -960,7 +961,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int R = nw * RW, L = s.n_hidden;
     const int64_t n_tiles = (args.rows + R - 1) / R;
-    const int in_bytes = args.in_f32 ? 4 : 2, dy_bytes = args.out_f32 ? 4 : 2;
+    const int in_bytes = args.in_f32 ? 4 : 2, dy_bytes = args.dy_f32 ? 4 : 2;
     const bool want_dw = args.dw_partials != nullptr || args.grads != nullptr, want_dx = args.dx != nullptr;
     char* wsm = smem + p.off_weights;
     char* raw = smem + p.off_raw + int64_t(warp) * RW * p.raw_stride;
@@ -1014,7 +1015,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
         for (int l = 0; l <= L; ++l) load_slot<T>(args, l, wsm + s.slot_offset(l));
     if (blockIdx.x < n_tiles) {
         issue_input(blockIdx.x);
-        if (!args.fused_loss) issue_dy(blockIdx.x);
+        if (!args.fused_loss || args.staged_target) issue_dy(blockIdx.x);
     }
     cp_async_commit();
     cp_async_wait_all();
@@ -1090,7 +1091,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                 output_chunk<T>(acc, c, h, w, lane);
                 if (RELU && args.fused_loss) {
                     // The fused training step (compiled into the ReLU / linear-output kernels only; the
-                    // launcher refuses it for the others): f_out is the identity, no dy tile was staged.
+                    // launcher refuses it for the others): f_out is the identity.
                     auto tile = [&](auto mm) {
                         constexpr int M = decltype(mm)::value;
                         float y[2][4], d[2][4];
@@ -1101,21 +1102,21 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                                 y[j][i] = round_output<T>(args.out_f32, acc[M][j][i]);
                                 d[j][i] = act_deriv<Activation::None>(acc[M][j][i]);
                             }
-                        output_loss_dz_tile<T, MT, M>(args, y, d, dz_top + wrow * p.dz_stride, p.dz_stride, c, valid,
-                                                      row0, lane);
+                        output_loss_dz_tile<T, MT, M>(args, y, d, dyt, p.dy_stride, dz_top + wrow * p.dz_stride,
+                                                      p.dz_stride, c, valid, row0, lane);
                     };
                     tile(std::integral_constant<int, 0>{});
                     if constexpr (MT > 1) tile(std::integral_constant<int, 1>{});
                 } else {
                     with_output_activation<RELU>(args.out_act, [&](auto A) {
-                        output_dz_chunk<T>(acc, args.out_f32, dyt, p.dy_stride, dz_top + wrow * p.dz_stride, p.dz_stride,
+                        output_dz_chunk<T>(acc, args.dy_f32, dyt, p.dy_stride, dz_top + wrow * p.dz_stride, p.dz_stride,
                                            c, s.n_out, valid, lane, [](float z) { return act_deriv<decltype(A)::value>(z); });
                     });
                 }
             }
         }
         __syncwarp();  // the dy tile is consumed: prefetch the next one
-        if (has_next && !args.fused_loss) issue_dy(tile + gridDim.x);
+        if (has_next && (!args.fused_loss || args.staged_target)) issue_dy(tile + gridDim.x);
         cp_async_commit();
 
         // ---- Backward through the layers.

@@ -452,13 +452,16 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // kernel from the recomputed output) against the three calls it replaces, forward +
     // Loss::evaluate + backward: the same loss values, dL/dinput and dL/dparams, bit for bit. Every
     // ReLU / linear-output case (fp32 and 16-bit input and output, bias, batches 0, 1, 7 and tails),
-    // both dtypes, every fused loss with the planner's choice, and L2 under the fallbacks.
+    // both dtypes, every fused loss with the planner's choice, and L2 / RelativeL2 under the fallbacks.
     TNN_SKIP_WITHOUT_GPU();
-    std::vector<ffm::PlanOverride> overrides(4);
+    // The target is staged like dL/doutput where that keeps the unfused plan's tiles, else read from
+    // global memory (the default of w64_32to16 with two m16 tiles); overrides 3 and 4 force the latter.
+    std::vector<ffm::PlanOverride> overrides(5);
     overrides[1].backward_m_tiles = 1;
     overrides[2].backward_m_tiles = 2;
     overrides[3].stream_weights = overrides[3].stash_in_global = overrides[3].dw_in_global = true;
     overrides[3].backward_warps = 2;
+    overrides[3].fused_target_global = overrides[4].fused_target_global = true;
     const Device dev = Device::gpu(0);
     int ran = 0;
     for (const FusedCase& c : fused_cases()) {
@@ -468,7 +471,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
                 if (overrides[oi].backward_m_tiles && !ffm::has_backward_m_tiles(c.width, overrides[oi].backward_m_tiles))
                     continue;
                 for (const char* loss_name : {"L2", "L1", "RelativeL2", "RelativeL1", "MAPE", "SMAPE"}) {
-                    if (oi > 0 && std::string(loss_name) != "L2") continue;
+                    if (oi > 0 && std::string(loss_name) != "L2" && std::string(loss_name) != "RelativeL2") continue;
                     const std::string what = msg(c.name, " ", dtype_name(dtype), " ", loss_name, " override ", oi);
                     const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
                     const auto loss = create_loss({{"otype", loss_name}});
