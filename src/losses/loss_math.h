@@ -40,16 +40,10 @@ TNN_HD inline double loss_log(double x) { return ::log(x); }
 // a * b + c with both roundings, never contracted into one FMA: the formulas must give the same bits
 // in device code compiled with contraction (the FullyFusedMLP kernels' fused training step) as in
 // losses.cu, which is compiled without.
-TNN_HD inline float loss_mul_add(float a, float b, float c) {
+template <typename A> TNN_HD inline A loss_mul_add(A a, A b, A c) {
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-    return __fadd_rn(__fmul_rn(a, b), c);
-#else
-    return a * b + c;
-#endif
-}
-TNN_HD inline double loss_mul_add(double a, double b, double c) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-    return __dadd_rn(__dmul_rn(a, b), c);
+    if constexpr (std::is_same_v<A, float>) return __fadd_rn(__fmul_rn(a, b), c);
+    else return __dadd_rn(__dmul_rn(a, b), c);
 #else
     return a * b + c;
 #endif
