@@ -37,9 +37,10 @@ TNN_HD inline double loss_copysign(double m, double s) { return ::copysign(m, s)
 TNN_HD inline float loss_log(float x) { return ::logf(x); }
 TNN_HD inline double loss_log(double x) { return ::log(x); }
 
-// a * b + c with both roundings, never contracted into one FMA: the formulas must give the same bits
-// in device code compiled with contraction (the FullyFusedMLP kernels' fused training step) as in
-// losses.cu, which is compiled without.
+// a * b + c with both roundings: in device code never contracted into one FMA, so that the formulas
+// give the same bits in the FullyFusedMLP kernels' fused training step (compiled with contraction) as
+// in losses.cu (compiled without). Host code (the CPU loop) uses a * b + c as written: with x86-64's
+// baseline instruction set the compiler has no FMA to contract it into.
 template <typename A> TNN_HD inline A loss_mul_add(A a, A b, A c) {
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
     if constexpr (std::is_same_v<A, float>) return __fadd_rn(__fmul_rn(a, b), c);

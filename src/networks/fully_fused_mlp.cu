@@ -178,6 +178,9 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         const int b = a.dy_f32 ? 4 : 2;
         a.dy_vec = copy_vector_bytes(dL_doutput.data, dL_doutput.stride * b, int64_t(layout.n_output_dims) * b);
     } else {
+#if !defined(TNN_WITH_CUDA)
+        throw UnsupportedError("FullyFusedMLP: the gfx12 kernels have no fused training step (can_fuse_loss)");
+#endif  // !TNN_WITH_CUDA
         if (!a.relu)
             throw UnsupportedError("FullyFusedMLP: the fused training step is compiled into the kernels for ReLU "
                                    "hidden layers and a linear output only (can_fuse_loss)");

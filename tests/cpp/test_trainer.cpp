@@ -191,6 +191,12 @@ TEST(Trainer, BadCalls) {
     EXPECT_THROW(t.step(Stream::cpu(), x.view(), Tensor(5, 2, DType::f32).view()), ShapeError);
     EXPECT_THROW(t.step(Stream::cpu(), x.view(), Tensor(4, 3, DType::f32).view()), ShapeError);
     EXPECT_THROW(t.step(Stream::cpu(), x.view(), Tensor(4, 2, DType::f64).view()), DTypeError);
+    View elsewhere = y.view();  // the target is checked by the trainer itself (the fused step has no loss call)
+    elsewhere.device = Device::gpu(0);
+    EXPECT_THROW(t.step(Stream::cpu(), x.view(), elsewhere), DeviceError);
+    View narrow = y.view();
+    narrow.stride = 1;
+    EXPECT_THROW(t.step(Stream::cpu(), x.view(), narrow), ShapeError);
     EXPECT_THROW(t.loss(Stream::cpu()), Error);  // no step yet
     EXPECT_THROW(Trainer(2, 2, {{"network", {{"otype", "PortableMLP"}}}, {"loss", {{"otype", "Nope"}}}}, Device::cpu()),
                  ConfigError);
