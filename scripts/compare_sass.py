@@ -47,11 +47,11 @@ def exact_fp_sources(root):
     return set(m.group(1).split()) if m else set()
 
 
-def compile_cubin(nvcc, root, source, arch, out):
+def compile_cubin(nvcc, root, source, arch, out, exact_fp):
     cmd = [nvcc, "-DTNN_VERSION=\"sass\"", "-DTNN_WITH_CUDA=1", "-DTNN_WITH_GPU=1", f"-I{root}/include",
            f"-I{root}/src", "-O3", "-DNDEBUG", f"-arch={arch}", "--expt-relaxed-constexpr", "-std=c++17",
            "-x", "cu", "-cubin", os.path.join(root, source), "-o", out]
-    if source in exact_fp_sources(root):
+    if source in exact_fp:
         cmd.insert(1, "-fmad=false")
     subprocess.run(cmd, check=True)
 
@@ -69,11 +69,12 @@ def main():
         os.makedirs(base_root)
         archive = subprocess.run(["git", "-C", REPO, "archive", a.base], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", base_root], input=archive, check=True)
+        base_exact, head_exact = exact_fp_sources(base_root), exact_fp_sources(REPO)
         for src in a.sources:
             rel = os.path.relpath(os.path.abspath(src), REPO)
             old, new = os.path.join(tmp, "old.cubin"), os.path.join(tmp, "new.cubin")
-            compile_cubin(a.nvcc, base_root, rel, a.arch, old)
-            compile_cubin(a.nvcc, REPO, rel, a.arch, new)
+            compile_cubin(a.nvcc, base_root, rel, a.arch, old, base_exact)
+            compile_cubin(a.nvcc, REPO, rel, a.arch, new, head_exact)
             before, after = text_sections(old), text_sections(new)
             for k in sorted(set(before) | set(after)):
                 same = before.get(k) == after.get(k)
