@@ -9,6 +9,8 @@
 #include "networks/fully_fused_mlp.h"
 #include "optimizers/optimizer_impl.h"
 
+#include <typeinfo>
+
 namespace tnn {
 
 namespace {
@@ -38,7 +40,10 @@ constexpr int kStepsBeforeCapture = 2;
 // encoding, where ffm::can_fuse_loss accepts it with the trainer's loss.
 const Module* fusable_network(const Module& model, const Loss& loss, Device device, LossKind* kind) {
     if (!loss_kind_of(loss, kind)) return nullptr;
-    const auto* nwie = dynamic_cast<const NetworkWithInputEncoding*>(&model);
+    // Exactly NetworkWithInputEncoding: a subclass may do more in its passes than the fused step does.
+    const auto* nwie = typeid(model) == typeid(NetworkWithInputEncoding)
+                           ? static_cast<const NetworkWithInputEncoding*>(&model)
+                           : nullptr;
     const Module& net = nwie ? static_cast<const Module&>(nwie->network()) : model;
     return ffm::can_fuse_loss(net, device, *kind) ? &net : nullptr;
 }
@@ -171,6 +176,10 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
         throw DeviceError(msg(who, ": the trainer lives on ", m_device.str(), " but the target is on ", target.device.str()));
     if (target.stride < target.cols) throw ShapeError(msg(who, ": target has stride ", target.stride, " < cols ", target.cols));
     if (target.rows > 0 && !target.data) throw ShapeError(msg(who, ": target is a null pointer"));
+#ifdef TNN_WITH_GPU
+    if (m_device.is_gpu() && target.rows > 0 && !gpu_bridge::is_device_pointer(target.data, m_device.index))
+        throw DeviceError(msg(who, ": the target is not memory of ", m_device.str()));
+#endif  // TNN_WITH_GPU
 
     Impl& s = *m_impl;
     const int64_t rows = input.rows, n_out = m_model->n_output_dims();
@@ -210,7 +219,7 @@ void Trainer::Impl::fused_forward_loss_backward(Trainer& t, const Stream& stream
                                                 const Module& net, LossKind kind) {
     const void* p = t.params();
     View values = loss_values.view();
-    const auto* nwie = dynamic_cast<const NetworkWithInputEncoding*>(t.m_model.get());
+    const auto* nwie = &net == t.m_model.get() ? nullptr : static_cast<const NetworkWithInputEncoding*>(t.m_model.get());
     if (!nwie) {
         ffm::fused_loss_backward(net, stream, input, target, kind, t.m_loss_scale, values, nullptr, grads.data(), p);
         return;

@@ -517,6 +517,59 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     EXPECT_GT(ran, 100);
 }
 
+TEST(FullyFusedMlpGpuFusedLoss, StridedViewsAndFp32OutputGiveTheSameBits) {
+    // The views a Trainer may pass: input, target and values as column slices of wider tensors, the
+    // target and values one column in (bases not 8-byte aligned: scalar loads and stores), an odd
+    // output count, several blocks, fp32 and 16-bit outputs; both target modes (staged, global).
+    TNN_SKIP_WITHOUT_GPU();
+    const Device dev = Device::gpu(0);
+    constexpr int64_t kRows = 4099;
+    constexpr uint32_t kIn = 7, kOut = 3;
+    for (const bool out_f32 : {true, false})
+        for (const bool global_target : {false, true}) {
+            const std::string what = msg(out_f32 ? "fp32" : "fp16", " output, ", global_target ? "global" : "staged",
+                                         " target");
+            json cfg = {{"otype", "FullyFusedMLP"}, {"n_neurons", 64}, {"n_hidden_layers", 2}, {"activation", "ReLU"},
+                        {"output_activation", "None"}, {"bias", true}};
+            if (out_f32) cfg["output_dtype"] = "float32";
+            const auto net = create_network(kIn, kOut, cfg);
+            const auto loss = create_loss({{"otype", "RelativeL2"}});
+            std::vector<float> p32(net->n_params());
+            net->init_params(5, p32.data());
+            ffm::PlanOverride o;
+            o.fused_target_global = global_target;
+            OverrideScope scope(o);
+            TestStream stream(dev);
+            const Tensor p = to_device(host_tensor(p32, 1, int64_t(p32.size()), DType::f16), dev);
+            // A [rows, cols] slice starting at column `first` of a wider device tensor.
+            auto slice = [&](const std::vector<float>& v, int64_t cols, int64_t first, DType t, Tensor& storage) {
+                storage = Tensor(kRows + 2, cols + 3, t, dev);
+                fill(stream, storage.view(), 0.0);
+                View view = storage.view().rows_slice(0, kRows).cols_slice(first, cols);
+                if (!v.empty()) copy(stream, host_tensor(v, kRows, cols, t).view(), view);
+                return view;
+            };
+            Tensor xs, ts, vas, vbs, ys, dys, dxas, dxbs;
+            const View x = slice(draw(size_t(kRows) * kIn, 1.0, false, 3), kIn, 2, DType::f32, xs);
+            const View target = slice(draw(size_t(kRows) * kOut, 1.0, false, 4), kOut, 1, DType::f32, ts);
+            View values_a = slice({}, kOut, 1, DType::f32, vas), values_b = slice({}, kOut, 1, DType::f32, vbs);
+            View y = slice({}, kOut, 0, net->output_dtype(), ys), dy = slice({}, kOut, 0, net->output_dtype(), dys);
+            View dx_a = slice({}, kIn, 0, DType::f32, dxas), dx_b = slice({}, kIn, 0, DType::f32, dxbs);
+            Tensor dp_a(1, int64_t(net->n_params()), DType::f16, dev), dp_b(1, int64_t(net->n_params()), DType::f16, dev);
+            auto ctx = net->forward(stream, x, y, p.data(), true);
+            loss->evaluate(stream, 128.0f, y, target, nullptr, values_a, dy);
+            net->backward(stream, *ctx, x, y, dy, &dx_a, dp_a.data(), p.data(), GradMode::overwrite);
+            ffm::fused_loss_backward(*net, stream, x, target, LossKind::relative_l2, 128.0f, values_b, &dx_b, dp_b.data(),
+                                     p.data());
+            stream.stream().synchronize();
+            auto host = [&](const Tensor& t) { return to_floats(t.to(Device::cpu(), stream)); };
+            // Whole storages: the fused step writes the values slice and nothing around it.
+            expect_same_bits(host(vbs), host(vas), what + " loss values");
+            expect_same_bits(host(dxbs), host(dxas), what + " dL/dinput");
+            expect_same_bits(host(dp_b), host(dp_a), what + " dL/dparams");
+        }
+}
+
 TEST(FullyFusedMlpGpuFusedLoss, RefusedWhereTheKernelsDoNotCarryIt) {
     // Only the ReLU / linear-output kernels carry the fused step, only for the elementwise losses, and
     // never on the CPU: everywhere else can_fuse_loss is false and a direct call is an error.
