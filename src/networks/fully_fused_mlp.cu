@@ -8,6 +8,7 @@
 #include "gpu/gpu.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -191,6 +192,8 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         a.loss_kind = loss->kind;
         a.loss_scale = loss->loss_scale;
         a.loss_n = static_cast<float>(input.rows * int64_t(layout.n_output_dims));  // as losses.cu rounds N
+        int n_exp = 0;
+        if (std::frexp(a.loss_n, &n_exp) == 0.5f) a.loss_inv_n = std::ldexp(1.0f, 1 - n_exp);  // N = 2^(n_exp-1)
         a.values = loss->values.ptr<float>();
         a.values_stride = loss->values.stride;
         a.values_vec2 = reinterpret_cast<uintptr_t>(a.values) % 8 == 0 && a.values_stride % 2 == 0;

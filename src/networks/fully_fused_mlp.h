@@ -248,6 +248,9 @@ struct KernelArgs {
     bool target_vec2 = false;      // target rows 8-byte aligned: pairs load as float2
     LossKind loss_kind = LossKind::l2;
     float loss_scale = 1.0f, loss_n = 1.0f;  // loss_n: rows * n_out as the loss kernel rounds it
+    // 1 / loss_n when loss_n is a power of two (else 0): then x / loss_n == x * loss_inv_n exactly, and
+    // the epilogue multiplies instead of dividing (the same bits, no IEEE division subroutine).
+    float loss_inv_n = 0.0f;
     float* values = nullptr;
     int64_t values_stride = 0;
     bool values_vec2 = false;      // values rows 8-byte aligned: pairs leave as float2

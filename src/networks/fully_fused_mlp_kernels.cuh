@@ -777,35 +777,69 @@ template <typename F> __device__ __forceinline__ void with_fused_loss_kind(LossK
 template <typename T> __device__ __forceinline__ float round_output(bool y_f32, float v) {
     return y_f32 ? v : gpu::to_acc(gpu::from_acc<T>(v));
 }
-// One m16 tile (MM) at a time, so that y and d cost 16 registers, not 16 * MT.
+// The fp32 target pairs under this lane's output fragments of chunk c (for_each_c_pair order), from
+// global memory; zero past the batch and the outputs. The global-target mode of the fused step loads
+// chunk 0 this way at the start of the tile, so that the loads are in flight during the recomputed
+// forward pass instead of stalling the epilogue.
+template <int MT>
+__device__ __forceinline__ void load_target_pairs(const KernelArgs& args, int c, int valid, int64_t row0, int lane,
+                                                  float2 (&t)[MT][2][2]) {
+    const int n_out = args.shape.n_out;
+    for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
+        const float* tr = args.target + (row0 + row) * args.target_stride + col;
+        const bool ok0 = row < valid && col < n_out, ok1 = row < valid && col + 1 < n_out;
+        if (ok1 && args.target_vec2) {
+            t[m][j][hh] = *reinterpret_cast<const float2*>(tr);
+        } else {
+            t[m][j][hh] = make_float2(ok0 ? tr[0] : 0.0f, ok1 ? tr[1] : 0.0f);
+        }
+    });
+}
+
+// One m16 tile (MM) at a time, so that y and d cost 16 registers, not 16 * MT. pre: the target pairs
+// of chunk 0 loaded by load_target_pairs (global-target mode, use_pre), else the staged tile or global
+// memory is read here.
 template <typename T, int MT, int MM>
 __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, const float (&y)[2][4], const float (&d)[2][4],
                                                     const char* dyt, int dy_stride, T* dz, int dz_stride, int c,
-                                                    int valid, int64_t row0, int lane) {
+                                                    int valid, int64_t row0, int lane, bool use_pre,
+                                                    const float2 (&pre)[MT][2][2]) {
     const int n_out = args.shape.n_out;
     with_fused_loss_kind(args.loss_kind, [&](auto kind) {
         constexpr LossKind K = decltype(kind)::value;
+        // loss_element divides by N; when N is a power of two it multiplies by 1 / N instead, which is
+        // exact (the same bits) and saves the IEEE division subroutine (x / 1 folds away).
+        auto term_of = [&](float yv, float tv) {
+            if (args.loss_inv_n != 0.0f) {
+                const LossTerm<float> u = loss_element<K, float>(yv, tv, 1.0f, 0.0f, 1.0f, args.loss_scale);
+                return LossTerm<float>{u.value * args.loss_inv_n, u.gradient * args.loss_inv_n};
+            }
+            return loss_element<K, float>(yv, tv, 1.0f, 0.0f, args.loss_n, args.loss_scale);
+        };
         for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
             if (m != MM) return;
-            // The staged target, or the target straight from global memory (KernelArgs::staged_target).
-            const float* tr = args.staged_target ? reinterpret_cast<const float*>(dyt + row * dy_stride) + col
-                                                 : args.target + (row0 + row) * args.target_stride + col;
             float g[2] = {0.0f, 0.0f}, v[2] = {0.0f, 0.0f}, t[2] = {0.0f, 0.0f};
             bool ok[2];
 #pragma unroll
             for (int e = 0; e < 2; ++e) ok[e] = row < valid && col + e < n_out;
-            if (ok[1] && (args.staged_target || args.target_vec2)) {
-                const float2 t2 = *reinterpret_cast<const float2*>(tr);
-                t[0] = t2.x, t[1] = t2.y;
+            if (use_pre) {
+                t[0] = pre[m][j][hh].x, t[1] = pre[m][j][hh].y;
             } else {
-                if (ok[0]) t[0] = tr[0];
-                if (ok[1]) t[1] = tr[1];
+                // The staged target, or the target straight from global memory (KernelArgs::staged_target).
+                const float* tr = args.staged_target ? reinterpret_cast<const float*>(dyt + row * dy_stride) + col
+                                                     : args.target + (row0 + row) * args.target_stride + col;
+                if (ok[1] && (args.staged_target || args.target_vec2)) {
+                    const float2 t2 = *reinterpret_cast<const float2*>(tr);
+                    t[0] = t2.x, t[1] = t2.y;
+                } else {
+                    if (ok[0]) t[0] = tr[0];
+                    if (ok[1]) t[1] = tr[1];
+                }
             }
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 if (ok[e]) {
-                    const LossTerm<float> term =
-                        loss_element<K, float>(y[j][2 * hh + e], t[e], 1.0f, 0.0f, args.loss_n, args.loss_scale);
+                    const LossTerm<float> term = term_of(y[j][2 * hh + e], t[e]);
                     v[e] = term.value;
                     g[e] = round_output<T>(args.out_f32, term.gradient) * d[j][2 * hh + e];
                 }
@@ -1032,6 +1066,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
         if (has_next) issue_input(tile + gridDim.x);
         cp_async_commit();
 
+        // The fused step's target for output chunk 0 when it is not staged: in flight during the forward.
+        const bool target_pre = RELU && args.fused_loss && !args.staged_target;
+        float2 tpre[MT][2][2];
+        if (target_pre) load_target_pairs<MT>(args, 0, valid, row0, lane, tpre);
+
         // ---- Recomputed forward pass; a (and f'(z)) of hidden layers go to the stash.
         uint32_t h[MT][NC][4];
         auto stash_d_tile = [&](int l) { return p.n_stashes > 1 ? stash_d(l) + wrow * AS : nullptr; };
@@ -1103,7 +1142,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                                 d[j][i] = act_deriv<Activation::None>(acc[M][j][i]);
                             }
                         output_loss_dz_tile<T, MT, M>(args, y, d, dyt, p.dy_stride, dz_top + wrow * p.dz_stride,
-                                                      p.dz_stride, c, valid, row0, lane);
+                                                      p.dz_stride, c, valid, row0, lane, target_pre && c == 0, tpre);
                     };
                     tile(std::integral_constant<int, 0>{});
                     if constexpr (MT > 1) tile(std::integral_constant<int, 1>{});
