@@ -4,8 +4,11 @@
 // warps per block. Writes one JSON; bench_mlp_report.py adds the floors and the baselines.
 //
 //   bench_mlp --out FILE.json [--rounds 5] [--round_ms 20] [--batch_log2 21] [--quick] [--only LABEL]
+//             [--pass PASS]
 //
-// --only LABEL runs just the rows whose label contains LABEL (e.g. "32->64->16"), for profilers.
+// --only LABEL runs just the rows whose label contains LABEL (e.g. "32->64->16"), and --pass PASS just
+// the rows of that pass (inference, train, train_fused, fused_loss_bwd, fwd_bwd, forward_ctx), for
+// profilers.
 //
 // A training step is forward (with context) + L2 loss + backward (dL/dparams) + Adam when the
 // library has GPU kernels for the loss and the optimizer; without them it is forward + backward
@@ -39,6 +42,7 @@ struct Options {
     int batch_log2 = 21;
     bool quick = false;
     std::string only;  // run only the shapes whose label contains this
+    std::string pass;  // run only the rows of this pass (e.g. fused_loss_bwd)
 };
 
 Options parse(int argc, char** argv) {
@@ -58,9 +62,10 @@ Options parse(int argc, char** argv) {
         else if (a == "--batch_log2") o.batch_log2 = std::stoi(next());
         else if (a == "--quick") o.quick = true;
         else if (a == "--only") o.only = next();
+        else if (a == "--pass") o.pass = next();
         else {
             std::cerr << "usage: bench_mlp --out FILE.json [--rounds 5] [--round_ms 20] [--batch_log2 21] [--quick]"
-                         " [--only LABEL]\n";
+                         " [--only LABEL] [--pass PASS]\n";
             std::exit(2);
         }
     }
@@ -176,13 +181,15 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
             results.back()["weights_finite"] = finite;
             if (!finite) std::printf("%-28s WARNING: the weights are not finite after this row\n", label.c_str());
         };
+        auto want = [&](const char* pass) { return o.pass.empty() || o.pass == pass; };
         try {
             reset_weights();
-            record("inference", time_calls(s, o, [&] { net->inference(s, x.view(), y.view(), params.data()); }),
-                   "inference");
+            if (want("inference"))
+                record("inference", time_calls(s, o, [&] { net->inference(s, x.view(), y.view(), params.data()); }),
+                       "inference");
             if (!train) continue;
             // Eager calls (Adam refuses graph capture); only at batches whose step outlasts its launches.
-            if (batch >= (int64_t(1) << 16)) {
+            if (batch >= (int64_t(1) << 16) && want("train")) {
                 record("train", time_eager(s, o, [&] {
                        auto ctx = net->forward(s, x.view(), y.view(), params.data(), false);
                        if (have_loss) loss->evaluate(s, 128.0f, y.view(), target.view(), nullptr, values.view(), dloss.view());
@@ -199,7 +206,7 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
             LossKind kind;
             if (have_loss && loss_kind_of(*loss, &kind) && ffm::can_fuse_loss(*net, dev, kind)) {
                 reset_weights();
-                if (batch >= (int64_t(1) << 16)) {
+                if (batch >= (int64_t(1) << 16) && want("train_fused")) {
                     record("train_fused", time_eager(s, o, [&] {
                                ffm::fused_loss_backward(*net, s, x.view(), target.view(), kind, 128.0f, values.view(),
                                                         nullptr, grads.data(), params.data());
@@ -211,23 +218,26 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
                     note_weights();
                     reset_weights();
                 }
-                record("fused_loss_bwd", time_calls(s, o, [&] {
-                           ffm::fused_loss_backward(*net, s, x.view(), target.view(), kind, 128.0f, values.view(),
-                                                    nullptr, grads.data(), params.data());
-                       }),
-                       "fused forward+L2+backward kernel (compare fwd_bwd)");
+                if (want("fused_loss_bwd"))
+                    record("fused_loss_bwd", time_calls(s, o, [&] {
+                               ffm::fused_loss_backward(*net, s, x.view(), target.view(), kind, 128.0f, values.view(),
+                                                        nullptr, grads.data(), params.data());
+                           }),
+                           "fused forward+L2+backward kernel (compare fwd_bwd)");
             }
-            record("fwd_bwd", time_calls(s, o, [&] {
-                       auto ctx = net->forward(s, x.view(), y.view(), params.data(), false);
-                       net->backward(s, *ctx, x.view(), y.view(), dy.view(), nullptr, grads.data(), params.data(),
-                                     GradMode::overwrite);
-                   }),
-                   "forward+backward");
-            record("forward_ctx", time_calls(s, o, [&] {
-                       auto ctx = net->forward(s, x.view(), y.view(), params.data(), false);
-                       (void)ctx;
-                   }),
-                   "forward with context (backward = fwd_bwd - this)");
+            if (want("fwd_bwd"))
+                record("fwd_bwd", time_calls(s, o, [&] {
+                           auto ctx = net->forward(s, x.view(), y.view(), params.data(), false);
+                           net->backward(s, *ctx, x.view(), y.view(), dy.view(), nullptr, grads.data(), params.data(),
+                                         GradMode::overwrite);
+                       }),
+                       "forward+backward");
+            if (want("forward_ctx"))
+                record("forward_ctx", time_calls(s, o, [&] {
+                           auto ctx = net->forward(s, x.view(), y.view(), params.data(), false);
+                           (void)ctx;
+                       }),
+                       "forward with context (backward = fwd_bwd - this)");
         } catch (const std::exception& e) {
             results.push_back({{"label", label}, {"variant", variant}, {"error", e.what()}});
             std::printf("%-28s ERROR %s\n", label.c_str(), e.what());

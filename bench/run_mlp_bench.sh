@@ -15,6 +15,8 @@
 # NCU_SHAPES="32->64->16;64->64->64" also profiles the first inference (forward) and backward kernel of
 # each shape at the benchmark batch with Nsight Compute (--set full, clocks left alone) into
 # $OUT/ncu_*.txt (details and per-SASS-line stall samples); SKIP_BENCH=1 then skips the timings.
+# NCU_KERNELS (default "forward backward") picks the kernels, NCU_PASS (e.g. fused_loss_bwd) the
+# benchmark pass whose first launch is profiled (default: the shape's first launch of each kernel).
 # EXTRA_CMAKE_FLAGS go to the configure step. (ncu's CSV source page gives no per-line metrics even
 # with -lineinfo; bench/ncu_sass_summary.py reads the per-SASS export instead.)
 set -uo pipefail
@@ -121,12 +123,12 @@ if cmake -S "$BUILD/bench_mlp_build" -B "$BUILD/bench_mlp_build/out" -G Ninja -D
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
     IFS=';' read -r -a ncu_shapes <<<"$NCU_SHAPES"
     for shape in "${ncu_shapes[@]}"; do
-      for kernel in forward backward; do
-        tag="ncu_$(echo "$shape" | tr -c '0-9a-z' '_')_$kernel"
+      for kernel in ${NCU_KERNELS:-forward backward}; do
+        tag="ncu_$(echo "$shape" | tr -c '0-9a-z' '_')_$kernel${NCU_PASS:+_$NCU_PASS}"
         echo "== ncu: $shape $kernel ($(elapsed) s so far)"
         timeout 120 "$NCU" --clock-control none -k "regex:fully_fused_mlp_${kernel}" -c 1 --set full \
           --import-source yes -f -o "$OUT/$tag" "$bench_bin" --out /tmp/ncu_bench.json --only "$shape" \
-          --rounds 1 --round_ms 1 --quick >"$OUT/$tag.log" 2>&1 || echo "ncu exit $? (see $tag.log)"
+          --rounds 1 --round_ms 1 --quick ${NCU_PASS:+--pass "$NCU_PASS"} >"$OUT/$tag.log" 2>&1 || echo "ncu exit $? (see $tag.log)"
         if [ -s "$OUT/$tag.ncu-rep" ]; then
           "$NCU" -i "$OUT/$tag.ncu-rep" --page details >"$OUT/$tag.txt" 2>&1
           "$NCU" -i "$OUT/$tag.ncu-rep" --page source --csv --print-source sass >"$OUT/${tag}_sass.csv" 2>&1
