@@ -798,30 +798,21 @@ __device__ __forceinline__ void load_target_pairs(const KernelArgs& args, int c,
 
 // One m16 tile (MM) at a time, so that y and d cost 16 registers, not 16 * MT. pre: the target pairs
 // of chunk 0 loaded by load_target_pairs (global-target mode, use_pre), else the staged tile or global
-// memory is read here.
+// memory is read here. The loss kind and whether N is a power of two are decided once, outside the
+// element loop, and the elements past the batch or the outputs are masked rather than branched
+// around, so that the element code is straight-line.
 template <typename T, int MT, int MM>
 __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, const float (&y)[2][4], const float (&d)[2][4],
                                                     const char* dyt, int dy_stride, T* dz, int dz_stride, int c,
                                                     int valid, int64_t row0, int lane, bool use_pre,
                                                     const float2 (&pre)[MT][2][2]) {
     const int n_out = args.shape.n_out;
-    with_fused_loss_kind(args.loss_kind, [&](auto kind) {
+    auto body = [&](auto kind, auto pow2) {
         constexpr LossKind K = decltype(kind)::value;
-        // loss_element divides by N; when N is a power of two it multiplies by 1 / N instead, which is
-        // exact (the same bits) and saves the IEEE division subroutine (x / 1 folds away).
-        auto term_of = [&](float yv, float tv) {
-            if (args.loss_inv_n != 0.0f) {
-                const LossTerm<float> u = loss_element<K, float>(yv, tv, 1.0f, 0.0f, 1.0f, args.loss_scale);
-                return LossTerm<float>{u.value * args.loss_inv_n, u.gradient * args.loss_inv_n};
-            }
-            return loss_element<K, float>(yv, tv, 1.0f, 0.0f, args.loss_n, args.loss_scale);
-        };
         for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
             if (m != MM) return;
-            float g[2] = {0.0f, 0.0f}, v[2] = {0.0f, 0.0f}, t[2] = {0.0f, 0.0f};
-            bool ok[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) ok[e] = row < valid && col + e < n_out;
+            const bool ok[2] = {row < valid && col < n_out, row < valid && col + 1 < n_out};
+            float t[2] = {0.0f, 0.0f};
             if (use_pre) {
                 t[0] = pre[m][j][hh].x, t[1] = pre[m][j][hh].y;
             } else {
@@ -836,13 +827,22 @@ __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, cons
                     if (ok[1]) t[1] = tr[1];
                 }
             }
+            float g[2], v[2];
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                if (ok[e]) {
-                    const LossTerm<float> term = term_of(y[j][2 * hh + e], t[e]);
-                    v[e] = term.value;
-                    g[e] = round_output<T>(args.out_f32, term.gradient) * d[j][2 * hh + e];
+                // loss_element divides by N; when N is a power of two, x / N == x * (1 / N) exactly, so
+                // the term is taken with N = 1 (x / 1 folds away) and scaled: the same bits, no IEEE
+                // division subroutine.
+                LossTerm<float> term;
+                if constexpr (decltype(pow2)::value) {
+                    term = loss_element<K, float>(y[j][2 * hh + e], t[e], 1.0f, 0.0f, 1.0f, args.loss_scale);
+                    term.value *= args.loss_inv_n;
+                    term.gradient *= args.loss_inv_n;
+                } else {
+                    term = loss_element<K, float>(y[j][2 * hh + e], t[e], 1.0f, 0.0f, args.loss_n, args.loss_scale);
                 }
+                v[e] = ok[e] ? term.value : 0.0f;
+                g[e] = ok[e] ? round_output<T>(args.out_f32, term.gradient) * d[j][2 * hh + e] : 0.0f;
             }
             float* vr = args.values + (row0 + row) * args.values_stride + col;
             if (ok[1] && args.values_vec2) {
@@ -853,6 +853,10 @@ __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, cons
             }
             *reinterpret_cast<uint32_t*>(dz + row * dz_stride + col) = pack2<T>(g[0], g[1]);
         });
+    };
+    with_fused_loss_kind(args.loss_kind, [&](auto kind) {
+        if (args.loss_inv_n != 0.0f) body(kind, std::true_type{});
+        else body(kind, std::false_type{});
     });
 }
 
@@ -1067,7 +1071,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
         cp_async_commit();
 
         // The fused step's target for output chunk 0 when it is not staged: in flight during the forward.
-        const bool target_pre = RELU && args.fused_loss && !args.staged_target;
+        // Kernels with two m16 tiles per warp only, where it was measured to help (run 13: 32->64->16
+        // 0.936 vs 1.031 ms); the one-tile kernels (widths 64 and 128 at 8 warps) keep their registers.
+        const bool target_pre = RELU && MT == 2 && args.fused_loss && !args.staged_target;
         float2 tpre[MT][2][2];
         if (target_pre) load_target_pairs<MT>(args, 0, valid, row0, lane, tpre);
 
