@@ -219,14 +219,21 @@ __device__ __forceinline__ void rows_to_smem_v(char* dst, int dst_stride, const 
     const int cpr = row_bytes / V;  // V is a power of two: a shift
     if (cpr == 0) return;
     const uint32_t d0 = smem_addr(dst);
-#pragma unroll 2
-    for (GridWalk2<int64_t, int> g(lane, cpr, src_stride, V, dst_stride, V); g.r < n_rows; g.next()) {
+    auto copy = [&](const GridWalk2<int64_t, int>& g) {
         const bool valid = g.r < n_valid;
         const char* s = valid ? src + g.a : any_valid_src;
         if constexpr (V >= 4)
             cp_async<V>(d0 + g.b, s, valid);
         else
             *reinterpret_cast<uint16_t*>(dst + g.b) = valid ? *reinterpret_cast<const uint16_t*>(s) : uint16_t(0);
+    };
+    GridWalk2<int64_t, int> g(lane, cpr, src_stride, V, dst_stride, V);
+    if (g.wraps()) {
+#pragma unroll 2
+        for (; g.r < n_rows; g.next()) copy(g);
+    } else {  // the copies per row divide 32 (e.g. 32 fp32 inputs): every lane stays in its column
+#pragma unroll 2
+        for (; g.r < n_rows; g.next_row()) copy(g);
     }
 }
 __device__ __forceinline__ void rows_to_smem(int vec, char* dst, int dst_stride, const char* src, int64_t src_stride,
@@ -260,6 +267,25 @@ __device__ __forceinline__ void rows_to_global(int vec, char* dst, int64_t dst_s
     }
 }
 
+// One step of raw_to_tile_e: E elements at src (fp32 or T) to d (T).
+template <typename T, bool F32, int E> __device__ __forceinline__ void raw_to_tile_step(const char* src, T* d) {
+    if constexpr (F32) {
+        if constexpr (E == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(src);
+            *reinterpret_cast<uint2*>(d) = make_uint2(pack2<T>(v.x, v.y), pack2<T>(v.z, v.w));
+        } else if constexpr (E == 2) {
+            const float2 v = *reinterpret_cast<const float2*>(src);
+            *reinterpret_cast<uint32_t*>(d) = pack2<T>(v.x, v.y);
+        } else {
+            *d = gpu::from_acc<T>(*reinterpret_cast<const float*>(src));
+        }
+    } else {
+        if constexpr (E == 8) *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(src);
+        else if constexpr (E == 2) *reinterpret_cast<uint32_t*>(d) = *reinterpret_cast<const uint32_t*>(src);
+        else *d = *reinterpret_cast<const T*>(src);
+    }
+}
+
 // Converts n_rows raw input rows (fp32 or T, as staged) into the 16-bit tile [row][x_stride]:
 // columns < n_in from the input, columns n_in..pin-1 = pad_value (tcnn's padding lanes). E
 // elements per step (4 fp32 -> 8 bytes, 8 T -> 16 bytes, 2, or 1); unrolled so that the shared
@@ -269,25 +295,13 @@ __device__ __forceinline__ void raw_to_tile_e(const char* raw, int raw_stride, T
                                               int lane) {
     const int q = n_in / E;  // E is a power of two: a shift
     char* xb = reinterpret_cast<char*>(x);
+    GridWalk2<int, int> g(lane, q, raw_stride, E * (F32 ? 4 : 2), x_stride * 2, E * 2);
+    if (g.wraps()) {
 #pragma unroll 4
-    for (GridWalk2<int, int> g(lane, q, raw_stride, E * (F32 ? 4 : 2), x_stride * 2, E * 2); g.r < n_rows; g.next()) {
-        const char* src = raw + g.a;
-        T* d = reinterpret_cast<T*>(xb + g.b);
-        if constexpr (F32) {
-            if constexpr (E == 4) {
-                const float4 v = *reinterpret_cast<const float4*>(src);
-                *reinterpret_cast<uint2*>(d) = make_uint2(pack2<T>(v.x, v.y), pack2<T>(v.z, v.w));
-            } else if constexpr (E == 2) {
-                const float2 v = *reinterpret_cast<const float2*>(src);
-                *reinterpret_cast<uint32_t*>(d) = pack2<T>(v.x, v.y);
-            } else {
-                *d = gpu::from_acc<T>(*reinterpret_cast<const float*>(src));
-            }
-        } else {
-            if constexpr (E == 8) *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(src);
-            else if constexpr (E == 2) *reinterpret_cast<uint32_t*>(d) = *reinterpret_cast<const uint32_t*>(src);
-            else *d = *reinterpret_cast<const T*>(src);
-        }
+        for (; g.r < n_rows; g.next()) raw_to_tile_step<T, F32, E>(raw + g.a, reinterpret_cast<T*>(xb + g.b));
+    } else {  // the steps per row divide 32 (e.g. 32 fp32 inputs): every lane stays in its column
+#pragma unroll 4
+        for (; g.r < n_rows; g.next_row()) raw_to_tile_step<T, F32, E>(raw + g.a, reinterpret_cast<T*>(xb + g.b));
     }
 }
 template <typename T>
@@ -777,56 +791,42 @@ template <typename F> __device__ __forceinline__ void with_fused_loss_kind(LossK
 template <typename T> __device__ __forceinline__ float round_output(bool y_f32, float v) {
     return y_f32 ? v : gpu::to_acc(gpu::from_acc<T>(v));
 }
-// The fp32 target pairs under this lane's output fragments of chunk c (for_each_c_pair order), from
-// global memory; zero past the batch and the outputs. The global-target mode of the fused step loads
-// chunk 0 this way at the start of the tile, so that the loads are in flight during the recomputed
-// forward pass instead of stalling the epilogue.
+// The fp32 target pairs under this lane's output fragments of chunk c in m16 tile mm: from the staged
+// tile (KernelArgs::staged_target) or from global memory; zero past the batch and the outputs. The
+// global-target mode of the two-tile kernels loads chunk 0 this way at the start of the tile, so that
+// the loads are in flight during the recomputed forward pass instead of stalling the epilogue.
 template <int MT>
-__device__ __forceinline__ void load_target_pairs(const KernelArgs& args, int c, int valid, int64_t row0, int lane,
-                                                  float2 (&t)[MT][2][2]) {
+__device__ __forceinline__ void load_target_pairs(const KernelArgs& args, const char* dyt, int dy_stride, int c, int mm,
+                                                  int valid, int64_t row0, int lane, float2 (&t)[2][2]) {
     const int n_out = args.shape.n_out;
     for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
-        const float* tr = args.target + (row0 + row) * args.target_stride + col;
+        if (m != mm) return;
+        const float* tr = args.staged_target ? reinterpret_cast<const float*>(dyt + row * dy_stride) + col
+                                             : args.target + (row0 + row) * args.target_stride + col;
         const bool ok0 = row < valid && col < n_out, ok1 = row < valid && col + 1 < n_out;
-        if (ok1 && args.target_vec2) {
-            t[m][j][hh] = *reinterpret_cast<const float2*>(tr);
+        if (ok1 && (args.staged_target || args.target_vec2)) {
+            t[j][hh] = *reinterpret_cast<const float2*>(tr);
         } else {
-            t[m][j][hh] = make_float2(ok0 ? tr[0] : 0.0f, ok1 ? tr[1] : 0.0f);
+            t[j][hh] = make_float2(ok0 ? tr[0] : 0.0f, ok1 ? tr[1] : 0.0f);
         }
     });
 }
 
-// One m16 tile (MM) at a time, so that y and d cost 16 registers, not 16 * MT. pre: the target pairs
-// of chunk 0 loaded by load_target_pairs (global-target mode, use_pre), else the staged tile or global
-// memory is read here. The loss kind and whether N is a power of two are decided once, outside the
-// element loop, and the elements past the batch or the outputs are masked rather than branched
-// around, so that the element code is straight-line.
+// One m16 tile (MM) at a time, so that y, d and the target t cost 24 registers, not 24 * MT. The loss
+// kind and whether N is a power of two are decided once, outside the element loop, and the elements
+// past the batch or the outputs are masked rather than branched around, so that the element code is
+// straight-line.
 template <typename T, int MT, int MM>
 __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, const float (&y)[2][4], const float (&d)[2][4],
-                                                    const char* dyt, int dy_stride, T* dz, int dz_stride, int c,
-                                                    int valid, int64_t row0, int lane, bool use_pre,
-                                                    const float2 (&pre)[MT][2][2]) {
+                                                    const float2 (&t)[2][2], T* dz, int dz_stride, int c, int valid,
+                                                    int64_t row0, int lane) {
     const int n_out = args.shape.n_out;
     auto body = [&](auto kind, auto pow2) {
         constexpr LossKind K = decltype(kind)::value;
         for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
             if (m != MM) return;
             const bool ok[2] = {row < valid && col < n_out, row < valid && col + 1 < n_out};
-            float t[2] = {0.0f, 0.0f};
-            if (use_pre) {
-                t[0] = pre[m][j][hh].x, t[1] = pre[m][j][hh].y;
-            } else {
-                // The staged target, or the target straight from global memory (KernelArgs::staged_target).
-                const float* tr = args.staged_target ? reinterpret_cast<const float*>(dyt + row * dy_stride) + col
-                                                     : args.target + (row0 + row) * args.target_stride + col;
-                if (ok[1] && (args.staged_target || args.target_vec2)) {
-                    const float2 t2 = *reinterpret_cast<const float2*>(tr);
-                    t[0] = t2.x, t[1] = t2.y;
-                } else {
-                    if (ok[0]) t[0] = tr[0];
-                    if (ok[1]) t[1] = tr[1];
-                }
-            }
+            const float tv[2] = {t[j][hh].x, t[j][hh].y};
             float g[2], v[2];
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
@@ -835,11 +835,11 @@ __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, cons
                 // division subroutine.
                 LossTerm<float> term;
                 if constexpr (decltype(pow2)::value) {
-                    term = loss_element<K, float>(y[j][2 * hh + e], t[e], 1.0f, 0.0f, 1.0f, args.loss_scale);
+                    term = loss_element<K, float>(y[j][2 * hh + e], tv[e], 1.0f, 0.0f, 1.0f, args.loss_scale);
                     term.value *= args.loss_inv_n;
                     term.gradient *= args.loss_inv_n;
                 } else {
-                    term = loss_element<K, float>(y[j][2 * hh + e], t[e], 1.0f, 0.0f, args.loss_n, args.loss_scale);
+                    term = loss_element<K, float>(y[j][2 * hh + e], tv[e], 1.0f, 0.0f, args.loss_n, args.loss_scale);
                 }
                 v[e] = ok[e] ? term.value : 0.0f;
                 g[e] = ok[e] ? round_output<T>(args.out_f32, term.gradient) * d[j][2 * hh + e] : 0.0f;
@@ -1075,7 +1075,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
         // 0.936 vs 1.031 ms); the one-tile kernels (widths 64 and 128 at 8 warps) keep their registers.
         const bool target_pre = RELU && MT == 2 && args.fused_loss && !args.staged_target;
         float2 tpre[MT][2][2];
-        if (target_pre) load_target_pairs<MT>(args, 0, valid, row0, lane, tpre);
+        if (target_pre)
+#pragma unroll
+            for (int m = 0; m < MT; ++m) load_target_pairs<MT>(args, dyt, p.dy_stride, 0, m, valid, row0, lane, tpre[m]);
 
         // ---- Recomputed forward pass; a (and f'(z)) of hidden layers go to the stash.
         uint32_t h[MT][NC][4];
@@ -1147,8 +1149,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                                 y[j][i] = round_output<T>(args.out_f32, acc[M][j][i]);
                                 d[j][i] = act_deriv<Activation::None>(acc[M][j][i]);
                             }
-                        output_loss_dz_tile<T, MT, M>(args, y, d, dyt, p.dy_stride, dz_top + wrow * p.dz_stride,
-                                                      p.dz_stride, c, valid, row0, lane, target_pre && c == 0, tpre);
+                        // The target: prefetched (chunk 0, two-tile kernels), else staged or global.
+                        float2 t[2][2];
+                        if (target_pre && c == 0) {
+#pragma unroll
+                            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                                for (int hh = 0; hh < 2; ++hh) t[j][hh] = tpre[M][j][hh];
+                        } else {
+                            load_target_pairs<MT>(args, dyt, p.dy_stride, c, M, valid, row0, lane, t);
+                        }
+                        output_loss_dz_tile<T, MT, M>(args, y, d, t, dz_top + wrow * p.dz_stride, p.dz_stride, c,
+                                                      valid, row0, lane);
                     };
                     tile(std::integral_constant<int, 0>{});
                     if constexpr (MT > 1) tile(std::integral_constant<int, 1>{});

@@ -298,6 +298,22 @@ TEST(FusedLayout, GridWalk2KeepsBothByteOffsetsInStep) {
             }
 }
 
+TEST(FusedLayout, GridWalk2NextRowEqualsNextWhereTheColumnNeverWraps) {
+    // The copy loops take next_row() when wraps() is false: it must visit what next() visits.
+    for (int cols = 1; cols <= 70; ++cols)
+        for (int lane = 0; lane < kLanes; ++lane) {
+            ffm::GridWalk2<int64_t, int> g(lane, cols, int64_t(1) << 33, 16, 272, 8), h = g;
+            EXPECT_EQ(g.wraps(), !(cols <= kLanes && kLanes % cols == 0)) << "cols " << cols;
+            if (g.wraps()) continue;
+            for (; g.r < 40; g.next(), h.next_row()) {
+                ASSERT_EQ(h.r, g.r) << "cols " << cols << " lane " << lane;
+                ASSERT_EQ(h.c, g.c) << "cols " << cols << " lane " << lane;
+                ASSERT_EQ(h.a, g.a) << "cols " << cols << " lane " << lane;
+                ASSERT_EQ(h.b, g.b) << "cols " << cols << " lane " << lane;
+            }
+        }
+}
+
 TEST(FusedLayout, ShapeMatchesMlpLayout) {
     for (uint32_t width : {16u, 32u, 64u, 128u})
         for (uint32_t n_in : {1u, 3u, 16u, 32u, 33u, 100u})
