@@ -210,9 +210,16 @@ template <typename T> __device__ __forceinline__ uint32_t mask_positive2(uint32_
 // Row movement between global memory and per-warp shared-memory tiles.
 // ============================================================================================
 
+// Whether the row copy loops of the width-W kernels take the loop without the column-wrap test
+// where the copies per row divide 32 (STRAIGHT below). Measured on the H200 (run 15 of 2026-11-30,
+// both kernels): faster at width 16 (inference 0.105 -> 0.098 ms) and for 64->64->64 (forward +
+// backward 1.686 -> 1.641), within 4% either way for 32->64->16, and 4-9% slower at width 128
+// (inference 0.479 -> 0.503, the 2x target lost): so not at width 128.
+template <int W> constexpr bool kStraightCopies = W <= 64;
+
 // Issues asynchronous copies of n_rows rows of row_bytes bytes (V bytes at a time); rows >= n_valid
 // are zero-filled without reading. V == 2 (an odd 16-bit width or pitch) falls back to plain loads.
-template <int V>
+template <int V, bool STRAIGHT>
 __device__ __forceinline__ void rows_to_smem_v(char* dst, int dst_stride, const char* src, int64_t src_stride,
                                                const char* any_valid_src, int row_bytes, int n_rows, int n_valid,
                                                int lane) {
@@ -228,7 +235,7 @@ __device__ __forceinline__ void rows_to_smem_v(char* dst, int dst_stride, const 
             *reinterpret_cast<uint16_t*>(dst + g.b) = valid ? *reinterpret_cast<const uint16_t*>(s) : uint16_t(0);
     };
     GridWalk2<int64_t, int> g(lane, cpr, src_stride, V, dst_stride, V);
-    if (g.wraps()) {
+    if (!STRAIGHT || g.wraps()) {
 #pragma unroll 2
         for (; g.r < n_rows; g.next()) copy(g);
     } else {  // the copies per row divide 32 (e.g. 32 fp32 inputs): every lane stays in its column
@@ -236,14 +243,15 @@ __device__ __forceinline__ void rows_to_smem_v(char* dst, int dst_stride, const 
         for (; g.r < n_rows; g.next_row()) copy(g);
     }
 }
+template <bool STRAIGHT>
 __device__ __forceinline__ void rows_to_smem(int vec, char* dst, int dst_stride, const char* src, int64_t src_stride,
                                              const char* any_valid_src, int row_bytes, int n_rows, int n_valid,
                                              int lane) {
     switch (vec) {
-        case 16: rows_to_smem_v<16>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
-        case 8: rows_to_smem_v<8>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
-        case 4: rows_to_smem_v<4>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
-        default: rows_to_smem_v<2>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
+        case 16: rows_to_smem_v<16, STRAIGHT>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
+        case 8: rows_to_smem_v<8, STRAIGHT>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
+        case 4: rows_to_smem_v<4, STRAIGHT>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
+        default: rows_to_smem_v<2, STRAIGHT>(dst, dst_stride, src, src_stride, any_valid_src, row_bytes, n_rows, n_valid, lane); break;
     }
 }
 
@@ -290,13 +298,13 @@ template <typename T, bool F32, int E> __device__ __forceinline__ void raw_to_ti
 // columns < n_in from the input, columns n_in..pin-1 = pad_value (tcnn's padding lanes). E
 // elements per step (4 fp32 -> 8 bytes, 8 T -> 16 bytes, 2, or 1); unrolled so that the shared
 // memory loads of several steps are in flight together.
-template <typename T, bool F32, int E>
+template <typename T, bool F32, int E, bool STRAIGHT>
 __device__ __forceinline__ void raw_to_tile_e(const char* raw, int raw_stride, T* x, int x_stride, int n_rows, int n_in,
                                               int lane) {
     const int q = n_in / E;  // E is a power of two: a shift
     char* xb = reinterpret_cast<char*>(x);
     GridWalk2<int, int> g(lane, q, raw_stride, E * (F32 ? 4 : 2), x_stride * 2, E * 2);
-    if (g.wraps()) {
+    if (!STRAIGHT || g.wraps()) {
 #pragma unroll 4
         for (; g.r < n_rows; g.next()) raw_to_tile_step<T, F32, E>(raw + g.a, reinterpret_cast<T*>(xb + g.b));
     } else {  // the steps per row divide 32 (e.g. 32 fp32 inputs): every lane stays in its column
@@ -304,17 +312,17 @@ __device__ __forceinline__ void raw_to_tile_e(const char* raw, int raw_stride, T
         for (; g.r < n_rows; g.next_row()) raw_to_tile_step<T, F32, E>(raw + g.a, reinterpret_cast<T*>(xb + g.b));
     }
 }
-template <typename T>
+template <typename T, bool STRAIGHT>
 __device__ __forceinline__ void raw_to_tile(const char* raw, int raw_stride, T* x, int x_stride, int n_rows, int n_in,
                                             int pin, bool in_f32, float pad_value, int lane) {
     if (in_f32) {
-        if ((n_in & 3) == 0) raw_to_tile_e<T, true, 4>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
-        else if ((n_in & 1) == 0) raw_to_tile_e<T, true, 2>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
-        else raw_to_tile_e<T, true, 1>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        if ((n_in & 3) == 0) raw_to_tile_e<T, true, 4, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else if ((n_in & 1) == 0) raw_to_tile_e<T, true, 2, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else raw_to_tile_e<T, true, 1, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
     } else {
-        if ((n_in & 7) == 0) raw_to_tile_e<T, false, 8>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
-        else if ((n_in & 1) == 0) raw_to_tile_e<T, false, 2>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
-        else raw_to_tile_e<T, false, 1>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        if ((n_in & 7) == 0) raw_to_tile_e<T, false, 8, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else if ((n_in & 1) == 0) raw_to_tile_e<T, false, 2, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else raw_to_tile_e<T, false, 1, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
     }
     const int n_pad = pin - n_in;
     if (n_pad > 0) {
@@ -598,7 +606,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, RELU ? 2 : 1)
     auto issue_input = [&](int64_t tile) {
         const int64_t row0 = tile * R + warp * RW;
         const int valid = static_cast<int>(min(max(args.rows - row0, int64_t(0)), int64_t(RW)));
-        rows_to_smem(args.in_vec, raw, p.raw_stride, in_base + (valid > 0 ? row0 * in_pitch : 0), in_pitch, in_base,
+        rows_to_smem<kStraightCopies<W>>(args.in_vec, raw, p.raw_stride, in_base + (valid > 0 ? row0 * in_pitch : 0), in_pitch, in_base,
                      s.n_in * in_bytes, RW, valid, lane);
     };
     // Streamed weights: one slot, reloaded before every layer by the whole block.
@@ -622,7 +630,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, RELU ? 2 : 1)
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const int64_t row0 = tile * R + warp * RW;
         const int valid = static_cast<int>(min(max(args.rows - row0, int64_t(0)), int64_t(RW)));
-        raw_to_tile<T>(raw, p.raw_stride, x, p.x_stride, RW, s.n_in, s.pin, args.in_f32, args.pad_value, lane);
+        raw_to_tile<T, kStraightCopies<W>>(raw, p.raw_stride, x, p.x_stride, RW, s.n_in, s.pin, args.in_f32, args.pad_value, lane);
         __syncwarp();
         if (tile + gridDim.x < n_tiles) issue_input(tile + gridDim.x);
         cp_async_commit();
@@ -1027,13 +1035,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
     auto issue_input = [&](int64_t tile) {
         const int64_t row0 = tile * R + warp * RW;
         const int valid = rows_valid(tile);
-        rows_to_smem(args.in_vec, raw, p.raw_stride, in_base + (valid > 0 ? row0 * in_pitch : 0), in_pitch, in_base,
+        rows_to_smem<kStraightCopies<W>>(args.in_vec, raw, p.raw_stride, in_base + (valid > 0 ? row0 * in_pitch : 0), in_pitch, in_base,
                      s.n_in * in_bytes, RW, valid, lane);
     };
     auto issue_dy = [&](int64_t tile) {
         const int64_t row0 = tile * R + warp * RW;
         const int valid = rows_valid(tile);
-        rows_to_smem(args.dy_vec, dyt, p.dy_stride, dy_base + (valid > 0 ? row0 * dy_pitch : 0), dy_pitch, dy_base,
+        rows_to_smem<kStraightCopies<W>>(args.dy_vec, dyt, p.dy_stride, dy_base + (valid > 0 ? row0 * dy_pitch : 0), dy_pitch, dy_base,
                      s.n_out * dy_bytes, RW, valid, lane);
     };
     auto ensure_layer = [&](int l) -> const char* {
@@ -1063,7 +1071,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
         const int64_t row0 = tile * R + warp * RW;
         const int valid = rows_valid(tile);
         const int wrow = warp * RW;  // first block-local row of this warp
-        raw_to_tile<T>(raw, p.raw_stride, X + wrow * p.x_stride, p.x_stride, RW, s.n_in, s.pin, args.in_f32,
+        raw_to_tile<T, kStraightCopies<W>>(raw, p.raw_stride, X + wrow * p.x_stride, p.x_stride, RW, s.n_in, s.pin, args.in_f32,
                        args.pad_value, lane);
         __syncwarp();
         const bool has_next = tile + gridDim.x < n_tiles;
