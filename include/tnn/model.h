@@ -14,6 +14,9 @@ public:
     const Encoding& encoding() const { return *m_encoding; }
     const Network& network() const { return *m_network; }
     Encoding& encoding() { return *m_encoding; }
+    // Where the encoding's parameters (and gradients) start in the model's [network, encoding] array,
+    // in bytes.
+    size_t encoding_params_offset() const { return m_network->n_params() * dtype_size(param_dtype()); }
     std::string name() const override { return "NetworkWithInputEncoding"; }
     json hyperparams() const override;  // {"otype", "encoding": {...}, "network": {...}}
     using Module::init_params;

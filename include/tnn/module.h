@@ -94,6 +94,11 @@ protected:
     // The checks every public pass makes of its stream, input, output (optional) and params.
     void check_io(const char* method, const Stream& stream, ConstView input, const ConstView* output,
                   const void* params) const;
+    // The checks the public passes make of each further view (dL/doutput, dL/dinput, ...), for a
+    // subclass's own entry points: rows x cols, stride, dtype, on `device`, not null and (GPU) memory of
+    // that device. Errors name this module, `method` and `arg`.
+    void check_arg(const char* method, const char* arg, ConstView v, int64_t rows, int64_t cols, DType dtype,
+                   Device device) const;
 
 private:
     uint32_t m_n_input_dims, m_n_output_dims;

@@ -84,6 +84,11 @@ void Module::check_io(const char* method, const Stream& stream, ConstView input,
 #endif  // TNN_WITH_GPU
 }
 
+void Module::check_arg(const char* method, const char* arg, ConstView v, int64_t rows, int64_t cols, DType dtype,
+                       Device device) const {
+    check_view(Who{*this, method}, arg, v, rows, cols, dtype, device);
+}
+
 void Module::inference(const Stream& stream, ConstView input, View output, const void* params) const {
     const ConstView out(output);
     check_io("inference", stream, input, &out, params);

@@ -58,7 +58,7 @@ void NetworkWithInputEncoding::inference_impl(const Stream& stream, ConstView in
                                               const void* params) const {
     Tensor encoded = Tensor::temporary(stream, input.rows, m_encoding->n_output_dims(), m_encoding->output_dtype());
     const char* p = static_cast<const char*>(params);
-    m_encoding->inference(stream, input, encoded.view(), p + m_network->n_params() * dtype_size(param_dtype()));
+    m_encoding->inference(stream, input, encoded.view(), p + encoding_params_offset());
     m_network->inference(stream, encoded.view(), output, params);
 }
 
@@ -68,8 +68,7 @@ std::unique_ptr<Context> NetworkWithInputEncoding::forward_impl(const Stream& st
     auto ctx = std::make_unique<NwieContext>();
     ctx->encoded = Tensor::temporary(stream, input.rows, m_encoding->n_output_dims(), m_encoding->output_dtype());
     const char* p = static_cast<const char*>(params);
-    ctx->encoding_ctx = m_encoding->forward(stream, input, ctx->encoded.view(),
-                                            p + m_network->n_params() * dtype_size(param_dtype()),
+    ctx->encoding_ctx = m_encoding->forward(stream, input, ctx->encoded.view(), p + encoding_params_offset(),
                                             prepare_input_gradients);
     // The network needs input gradients whenever something upstream does: encoding params or the input.
     const bool net_input_grad = prepare_input_gradients || m_encoding->n_params() > 0;
@@ -82,7 +81,7 @@ void NetworkWithInputEncoding::backward_impl(const Stream& stream, const Context
                                              ConstView output, ConstView dL_doutput, View* dL_dinput, void* dL_dparams,
                                              const void* params, GradMode mode) const {
     const NwieContext& ctx = nwie_context(context, describe());
-    const size_t es = dtype_size(param_dtype());
+    const size_t off = encoding_params_offset();
     const char* p = static_cast<const char*>(params);
     char* g = static_cast<char*>(dL_dparams);
     const bool need_encoded_grad = dL_dinput || (dL_dparams && m_encoding->n_params() > 0);
@@ -96,7 +95,7 @@ void NetworkWithInputEncoding::backward_impl(const Stream& stream, const Context
                         need_encoded_grad ? &dL_dencoded_view : nullptr, g, params, mode);
     if (!need_encoded_grad) return;
     m_encoding->backward(stream, *ctx.encoding_ctx, input, ctx.encoded.view(), dL_dencoded.view(), dL_dinput,
-                         g ? g + m_network->n_params() * es : nullptr, p + m_network->n_params() * es, mode);
+                         g ? g + off : nullptr, p + off, mode);
 }
 
 // With e = enc(x), g_e = net_backward(e, dL_dy), dL_dx = enc_backward(x, g_e) and a scalar L'(dL_dx):
@@ -109,12 +108,12 @@ void NetworkWithInputEncoding::backward_backward_input_impl(const Stream& stream
                                                             View* dL_dinput, void* dL_dparams, const void* params,
                                                             GradMode mode) const {
     const NwieContext& ctx = nwie_context(context, describe());
-    const size_t es = dtype_size(param_dtype());
+    const size_t off = encoding_params_offset();
     const DType t = m_encoding->output_dtype();
     const char* p = static_cast<const char*>(params);
     char* g = static_cast<char*>(dL_dparams);
-    const char* p_enc = p + m_network->n_params() * es;
-    char* g_enc = g ? g + m_network->n_params() * es : nullptr;
+    const char* p_enc = p + off;
+    char* g_enc = g ? g + off : nullptr;
     const int64_t rows = input.rows;
     const uint32_t n_enc = m_encoding->n_output_dims();
 

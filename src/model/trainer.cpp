@@ -56,6 +56,11 @@ struct Trainer::Impl {
     Tensor output, dL_doutput, loss_values, inference_params;
     json config;
     int64_t batch = -1;  // rows the per-step buffers are sized for
+    bool unfused_buffers = false;  // output and dL_doutput exist (only the unfused step uses them)
+    // This step's fused network (fusable_network) and loss kind, or null: set by step() before the
+    // step runs eagerly or is captured.
+    const Module* fused_net = nullptr;
+    LossKind fused_kind = LossKind::l2;
     bool has_loss = false;
     bool fused_loss = true;  // set_fused_loss
 
@@ -186,9 +191,18 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
     if (s.batch != rows) {
         s.batch = rows;
         s.drop_graph();  // it holds the old per-step buffers
+        s.loss_values = Tensor(rows, n_out, m_model->input_dtype(), m_device);
+        s.output = Tensor();
+        s.dL_doutput = Tensor();
+        s.unfused_buffers = false;
+    }
+    s.fused_net = s.fused_loss && !data_pdf ? fusable_network(*m_model, *m_loss, m_device, &s.fused_kind) : nullptr;
+    // The unfused step's output and dL/doutput, allocated by the first step of a batch size that needs
+    // them (a fused step does not); a graph that uses them was dropped above when the size changed.
+    if (!s.fused_net && !s.unfused_buffers) {
         s.output = Tensor(rows, n_out, m_model->output_dtype(), m_device);
         s.dL_doutput = Tensor(rows, n_out, m_model->output_dtype(), m_device);
-        s.loss_values = Tensor(rows, n_out, m_model->input_dtype(), m_device);
+        s.unfused_buffers = true;
     }
     if (!(m_device.is_gpu() && s.use_graphs && s.graph_step(*this, stream, input, target, data_pdf))) {
         s.forward_loss_backward(*this, stream, input, target, data_pdf);
@@ -202,10 +216,8 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
 
 void Trainer::Impl::forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
                                           const ConstView* data_pdf) {
-    LossKind kind;
-    const Module* net = fused_loss && !data_pdf ? fusable_network(*t.m_model, *t.m_loss, t.m_device, &kind) : nullptr;
-    if (net) {
-        fused_forward_loss_backward(t, stream, input, target, *net, kind);
+    if (fused_net) {
+        fused_forward_loss_backward(t, stream, input, target, *fused_net, fused_kind);
         return;
     }
     const void* p = t.params();
@@ -226,7 +238,7 @@ void Trainer::Impl::fused_forward_loss_backward(Trainer& t, const Stream& stream
     }
     // As NetworkWithInputEncoding's forward and backward: parameters [network, encoding].
     const Encoding& enc = nwie->encoding();
-    const size_t off = nwie->network().n_params() * dtype_size(t.m_model->param_dtype());
+    const size_t off = nwie->encoding_params_offset();
     const char* p_enc = static_cast<const char*>(p) + off;
     Tensor encoded = Tensor::temporary(stream, input.rows, enc.n_output_dims(), enc.output_dtype());
     auto enc_ctx = enc.forward(stream, input, encoded.view(), p_enc, false);

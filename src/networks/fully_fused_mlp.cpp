@@ -290,15 +290,9 @@ public:
             throw UnsupportedError(msg(describe(), " ", what, ": the loss is not one the kernel computes (L2, L1, "
                                        "RelativeL2, RelativeL1, MAPE, SMAPE)"));
         const int64_t rows = input.rows, n_out = n_output_dims();
-        auto check = [&](const char* arg, const ConstView& v, int64_t cols, DType dtype) {
-            if (v.rows != rows || v.cols != cols || v.stride < cols || v.dtype != dtype || v.device != input.device ||
-                (rows > 0 && !v.data))
-                throw ShapeError(msg(describe(), " ", what, ": ", arg, " must be [", rows, ", ", cols, "] ",
-                                     dtype_name(dtype), " on ", input.device.str(), ", got ", tnn::describe(v)));
-        };
-        check("target", target, n_out, DType::f32);
-        check("values", ConstView(values), n_out, DType::f32);
-        if (dL_dinput) check("dL_dinput", ConstView(*dL_dinput), n_input_dims(), input.dtype);
+        check_arg(what, "target", target, rows, n_out, DType::f32, input.device);
+        check_arg(what, "values", values, rows, n_out, DType::f32, input.device);
+        if (dL_dinput) check_arg(what, "dL_dinput", *dL_dinput, rows, n_input_dims(), input.dtype, input.device);
         if (rows == 0) {
             if (dL_dparams && n_params() > 0)
                 fill(stream, View(dL_dparams, param_dtype(), input.device, 1, static_cast<int64_t>(n_params())), 0.0);

@@ -603,6 +603,33 @@ TEST(FullyFusedMlpGpuFusedLoss, RefusedWhereTheKernelsDoNotCarryIt) {
                  UnsupportedError);
 }
 
+TEST(FullyFusedMlpGpuFusedLoss, BadViewsAreRefused) {
+    // The fused step checks its views as the module's own passes do (Module::check_arg): shape, dtype,
+    // device, and that a view labelled GPU is memory of that GPU.
+    TNN_SKIP_WITHOUT_GPU();
+    const Device dev = Device::gpu(0);
+    const auto net = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 16}, {"activation", "ReLU"}});
+    if (!ffm::can_fuse_loss(*net, dev, LossKind::l2)) GTEST_SKIP() << "this build's kernels have no fused step";
+    TestStream stream(dev);
+    Tensor x(8, 3, DType::f32, dev), t(8, 4, DType::f32, dev), v(8, 4, DType::f32, dev);
+    Tensor t_short(7, 4, DType::f32, dev), v16(8, 4, DType::f16, dev), t_host(8, 4, DType::f32);
+    Tensor p(1, int64_t(net->n_params()), net->param_dtype(), dev), g(1, int64_t(net->n_params()), net->param_dtype(), dev);
+    fill(stream, x.view(), 0.25);
+    fill(stream, t.view(), 0.5);
+    fill(stream, p.view(), 0.0);
+    auto call = [&](ConstView target, View values) {
+        ffm::fused_loss_backward(*net, stream, x.view(), target, LossKind::l2, 1.0f, values, nullptr, g.data(), p.data());
+    };
+    EXPECT_THROW(call(t_short.view(), v.view()), ShapeError);
+    EXPECT_THROW(call(t.view(), v16.view()), DTypeError);
+    EXPECT_THROW(call(t_host.view(), v.view()), DeviceError);
+    View lie = t_host.view();
+    lie.device = dev;
+    EXPECT_THROW(call(lie, v.view()), DeviceError);
+    EXPECT_NO_THROW(call(t.view(), v.view()));
+    stream.stream().synchronize();
+}
+
 TEST(FullyFusedMlpGpuProps, BadConfigsAndDevicesRaise) {
     // Config errors need no GPU; the device error is the one a CPU call gets.
     EXPECT_THROW(create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 48}}), ConfigError);
