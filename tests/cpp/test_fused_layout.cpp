@@ -540,6 +540,33 @@ TEST(FusedPlan, BackwardTakesTwoMTilesPerWarpOnlyWhenNothingMovesOffChip) {
     EXPECT_EQ(ffm::plan_backward(wide, 4, 2, Activation::ReLU, true, d1, {}, &d2).rows_per_warp, 16);
 }
 
+TEST(FusedPlan, FusedStepStagesTheTargetWhereThePlanStaysTheSame) {
+    // The fused training step stages its fp32 target like dL/doutput only where the plan for 4-byte
+    // rows keeps the unfused plan's warps, rows per warp and blocks per SM (so dW sums the same rows in
+    // the same order); else it reads the target from global memory (ffm::gpu_backward). For the
+    // benchmark shapes (fp32 input, fp16 output, ReLU, dL/dparams): 32->64->16 loses its two-tile plan
+    // with 4-byte rows and reads from global memory; the others stage. (The registers are those of the
+    // sm_90 fp16 ReLU kernels, as in the test above.)
+    struct Case {
+        int w, n_in, n_out, regs1, regs2;
+        bool staged;
+    };
+    for (const Case& c : {Case{64, 32, 16, 162, 221, false}, Case{16, 32, 16, 112, 136, true},
+                          Case{64, 64, 64, 162, 221, true}, Case{128, 32, 16, 242, 242, true}}) {
+        const ffm::Shape s = shape(c.w, c.n_in, c.n_out, 2);
+        const auto d1 = h200_limits(c.regs1), d2 = h200_limits(c.regs2);
+        const ffm::DeviceLimits* mt2 = ffm::has_backward_m_tiles(static_cast<uint32_t>(c.w), 2) ? &d2 : nullptr;
+        const auto unfused = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d1, {}, mt2);
+        const auto staged = ffm::plan_backward(s, 4, 4, Activation::ReLU, true, d1, {}, mt2);
+        const bool same = staged.n_warps == unfused.n_warps && staged.rows_per_warp == unfused.rows_per_warp &&
+                          staged.blocks_per_sm == unfused.blocks_per_sm;
+        EXPECT_EQ(same, c.staged) << c.n_in << "->" << c.w << "->" << c.n_out << ": unfused " << unfused.n_warps
+                                  << " warps x " << unfused.rows_per_warp << " rows, 4-byte rows " << staged.n_warps
+                                  << " x " << staged.rows_per_warp;
+        check_backward_plan(s, staged, d1.smem_per_block, true);
+    }
+}
+
 TEST(FusedPlan, TwoMTilesPerWarpInTheBackwardUpToWidth64) {
     // The experiment hook: 32 rows per warp, the same shared-memory layout rules; width 128 (and any
     // width on HIP) has no such kernel and is refused with a message, never planned.
