@@ -99,6 +99,9 @@ protected:
     // that device. Errors name this module, `method` and `arg`.
     void check_arg(const char* method, const char* arg, ConstView v, int64_t rows, int64_t cols, DType dtype,
                    Device device) const;
+    // The backward passes of an empty batch: it contributes nothing, but overwrite mode still means
+    // "the gradient is zero".
+    void zero_params_gradient(const Stream& stream, Device device, void* dL_dparams, GradMode mode) const;
 
 private:
     uint32_t m_n_input_dims, m_n_output_dims;

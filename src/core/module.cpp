@@ -3,6 +3,7 @@
 #include <tnn/module.h>
 
 #include "core/gpu_bridge.h"
+#include "core/view_check.h"
 
 namespace tnn {
 
@@ -26,31 +27,11 @@ struct Who {
 };
 std::ostream& operator<<(std::ostream& os, const Who& w) { return os << w.module.describe() << " " << w.method; }
 
-void check_view(const Who& who, const char* arg, ConstView v, int64_t rows, int64_t cols, Device device) {
-    if (v.rows != rows || v.cols != cols)
-        throw ShapeError(msg(who, ": ", arg, " must be [", rows, ", ", cols, "], got ", describe(v)));
-    if (v.stride < v.cols) throw ShapeError(msg(who, ": ", arg, " has stride ", v.stride, " < cols ", v.cols));
-    if (v.device != device)
-        throw DeviceError(msg(who, ": ", arg, " is on ", v.device.str(), " but the input is on ", device.str()));
-    if (rows > 0 && cols > 0 && !v.data) throw ShapeError(msg(who, ": ", arg, " is a null pointer"));
-#ifdef TNN_WITH_GPU
-    if (device.is_gpu() && rows > 0 && cols > 0 && !gpu_bridge::is_device_pointer(v.data, device.index))
-        throw DeviceError(msg(who, ": ", arg, " is not memory of ", device.str()));
-#endif  // TNN_WITH_GPU
-}
-
 // check_view, then the view's dtype.
 void check_view(const Who& who, const char* arg, ConstView v, int64_t rows, int64_t cols, DType dtype, Device device) {
-    check_view(who, arg, v, rows, cols, device);
+    check_view(who, arg, v, rows, cols, device, "the input");
     if (v.dtype != dtype)
         throw DTypeError(msg(who, ": ", arg, " must be ", dtype_name(dtype), ", got ", dtype_name(v.dtype)));
-}
-
-// The backward passes of an empty batch: it contributes nothing, but overwrite mode still means
-// "the gradient is zero".
-void zero_params_gradient(const Module& m, const Stream& stream, Device device, void* dL_dparams, GradMode mode) {
-    if (dL_dparams && mode == GradMode::overwrite && m.n_params() > 0)
-        fill(stream, View(dL_dparams, m.param_dtype(), device, 1, static_cast<int64_t>(m.n_params())), 0.0);
 }
 
 }  // namespace
@@ -75,7 +56,7 @@ void Module::check_io(const char* method, const Stream& stream, ConstView input,
     if (input.rows < 0) throw ShapeError(msg(who, ": negative batch size ", input.rows));
     if (!accepts_input_dtype(input.dtype))
         throw DTypeError(msg(who, ": input must be ", dtype_name(input_dtype()), ", got ", dtype_name(input.dtype)));
-    check_view(who, "input", input, input.rows, m_n_input_dims, dev);
+    check_view(who, "input", input, input.rows, m_n_input_dims, dev, "the input");
     if (output) check_view(who, "output", *output, input.rows, m_n_output_dims, m_output_dtype, dev);
     if (m_n_params > 0 && !params && input.rows > 0) throw ShapeError(msg(who, ": params is a null pointer"));
 #ifdef TNN_WITH_GPU
@@ -87,6 +68,11 @@ void Module::check_io(const char* method, const Stream& stream, ConstView input,
 void Module::check_arg(const char* method, const char* arg, ConstView v, int64_t rows, int64_t cols, DType dtype,
                        Device device) const {
     check_view(Who{*this, method}, arg, v, rows, cols, dtype, device);
+}
+
+void Module::zero_params_gradient(const Stream& stream, Device device, void* dL_dparams, GradMode mode) const {
+    if (dL_dparams && mode == GradMode::overwrite && m_n_params > 0)
+        fill(stream, View(dL_dparams, m_param_dtype, device, 1, static_cast<int64_t>(m_n_params)), 0.0);
 }
 
 void Module::inference(const Stream& stream, ConstView input, View output, const void* params) const {
@@ -112,7 +98,7 @@ void Module::backward(const Stream& stream, const Context& ctx, ConstView input,
     check_view(who, "dL_doutput", dL_doutput, input.rows, m_n_output_dims, m_output_dtype, input.device);
     if (dL_dinput) check_view(who, "dL_dinput", *dL_dinput, input.rows, m_n_input_dims, input.dtype, input.device);
     if (input.rows == 0) {
-        zero_params_gradient(*this, stream, input.device, dL_dparams, mode);
+        zero_params_gradient(stream, input.device, dL_dparams, mode);
         return;
     }
     backward_impl(stream, ctx, input, output, dL_doutput, dL_dinput, dL_dparams, params, mode);
@@ -132,7 +118,7 @@ void Module::backward_backward_input(const Stream& stream, const Context& ctx, C
         check_view(who, "dL_ddLdoutput", *dL_ddLdoutput, input.rows, m_n_output_dims, m_output_dtype, input.device);
     if (dL_dinput) check_view(who, "dL_dinput", *dL_dinput, input.rows, m_n_input_dims, input.dtype, input.device);
     if (input.rows == 0) {
-        zero_params_gradient(*this, stream, input.device, dL_dparams, mode);
+        zero_params_gradient(stream, input.device, dL_dparams, mode);
         return;
     }
     backward_backward_input_impl(stream, ctx, input, dL_ddLdinput, dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams,

@@ -5,6 +5,7 @@
 #include <tnn/module.h>
 
 #include "core/gpu_bridge.h"
+#include "core/view_check.h"
 #include "core/parallel.h"
 #include "losses/loss_gpu.h"
 #include "losses/loss_math.h"
@@ -18,19 +19,6 @@ namespace tnn {
 namespace {
 
 bool is_float_or_double(DType t) { return t == DType::f32 || t == DType::f64; }
-
-void check_view(const std::string& who, const char* arg, ConstView v, int64_t rows, int64_t cols, Device device) {
-    if (v.rows != rows || v.cols != cols)
-        throw ShapeError(msg(who, ": ", arg, " must be [", rows, ", ", cols, "], got ", describe(v)));
-    if (v.stride < v.cols) throw ShapeError(msg(who, ": ", arg, " has stride ", v.stride, " < cols ", v.cols));
-    if (v.device != device)
-        throw DeviceError(msg(who, ": ", arg, " is on ", v.device.str(), " but the prediction is on ", device.str()));
-    if (rows > 0 && cols > 0 && !v.data) throw ShapeError(msg(who, ": ", arg, " is a null pointer"));
-#ifdef TNN_WITH_GPU
-    if (device.is_gpu() && rows > 0 && cols > 0 && !gpu_bridge::is_device_pointer(v.data, device.index))
-        throw DeviceError(msg(who, ": ", arg, " is not memory of ", device.str()));
-#endif  // TNN_WITH_GPU
-}
 
 // Reads element (r, c) of an fp32 or fp64 view (target, pdf) in the compute type.
 template <typename A> A load_f(ConstView v, int64_t r, int64_t c) {
@@ -157,10 +145,10 @@ void Loss::evaluate(const Stream& stream, float loss_scale, ConstView prediction
         throw InputError(msg(who, ": loss_scale must be a positive finite number, got ", loss_scale));
     const int64_t rows = prediction.rows, cols = prediction.cols;
     if (rows < 0 || cols < 0) throw ShapeError(msg(who, ": prediction has a negative shape: ", describe(prediction)));
-    check_view(who, "prediction", prediction, rows, cols, dev);
-    check_view(who, "target", target, rows, cols, dev);
-    check_view(who, "values", values, rows, cols, dev);
-    check_view(who, "gradients", gradients, rows, cols, dev);
+    check_view(who, "prediction", prediction, rows, cols, dev, "the prediction");
+    check_view(who, "target", target, rows, cols, dev, "the prediction");
+    check_view(who, "values", values, rows, cols, dev, "the prediction");
+    check_view(who, "gradients", gradients, rows, cols, dev, "the prediction");
     if (!is_float_or_double(target.dtype))
         throw DTypeError(msg(who, ": target must be float32 or float64, got ", dtype_name(target.dtype)));
     if (!is_float_or_double(values.dtype))
@@ -172,7 +160,7 @@ void Loss::evaluate(const Stream& stream, float loss_scale, ConstView prediction
         if (data_pdf->rows != rows || (data_pdf->cols != 1 && data_pdf->cols != cols))
             throw ShapeError(msg(who, ": data_pdf must be [", rows, ", 1] (per sample) or [", rows, ", ", cols,
                                  "] (per element), got ", describe(*data_pdf)));
-        check_view(who, "data_pdf", *data_pdf, rows, data_pdf->cols, dev);
+        check_view(who, "data_pdf", *data_pdf, rows, data_pdf->cols, dev, "the prediction");
         if (!is_float_or_double(data_pdf->dtype))
             throw DTypeError(msg(who, ": data_pdf must be float32 or float64, got ", dtype_name(data_pdf->dtype)));
     }

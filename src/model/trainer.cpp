@@ -5,6 +5,7 @@
 #include <tnn/trainer.h>
 
 #include "core/gpu_bridge.h"
+#include "core/view_check.h"
 #include "losses/loss_gpu.h"
 #include "networks/fully_fused_mlp.h"
 #include "optimizers/optimizer_impl.h"
@@ -169,22 +170,12 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
     if (stream.device() != m_device || input.device != m_device)
         throw DeviceError(msg(who, ": the trainer lives on ", m_device.str(), " but got a stream on ",
                               stream.device().str(), " and input on ", input.device.str()));
-    if (target.rows != input.rows || target.cols != m_model->n_output_dims())
-        throw ShapeError(msg(who, ": target must be [", input.rows, ", ", m_model->n_output_dims(), "], got ",
-                             describe(target)));
+    // Checked here in full, not only by the loss: the fused step (set_fused_loss) hands the target to a
+    // kernel without Loss::evaluate.
+    check_view(who, "target", target, input.rows, m_model->n_output_dims(), m_device, "the trainer");
     // The loss takes targets in the dtype the model takes inputs in: fp32, fp64 for fp64 models.
     if (target.dtype != m_model->input_dtype())
         throw DTypeError(msg(who, ": target must be ", dtype_name(m_model->input_dtype()), ", got ", dtype_name(target.dtype)));
-    // Checked here, not only by the loss: the fused step (set_fused_loss) hands the target to a kernel
-    // without Loss::evaluate.
-    if (target.device != m_device)
-        throw DeviceError(msg(who, ": the trainer lives on ", m_device.str(), " but the target is on ", target.device.str()));
-    if (target.stride < target.cols) throw ShapeError(msg(who, ": target has stride ", target.stride, " < cols ", target.cols));
-    if (target.rows > 0 && !target.data) throw ShapeError(msg(who, ": target is a null pointer"));
-#ifdef TNN_WITH_GPU
-    if (m_device.is_gpu() && target.rows > 0 && !gpu_bridge::is_device_pointer(target.data, m_device.index))
-        throw DeviceError(msg(who, ": the target is not memory of ", m_device.str()));
-#endif  // TNN_WITH_GPU
 
     Impl& s = *m_impl;
     const int64_t rows = input.rows, n_out = m_model->n_output_dims();

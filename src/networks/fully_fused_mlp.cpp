@@ -294,8 +294,7 @@ public:
         check_arg(what, "values", values, rows, n_out, DType::f32, input.device);
         if (dL_dinput) check_arg(what, "dL_dinput", *dL_dinput, rows, n_input_dims(), input.dtype, input.device);
         if (rows == 0) {
-            if (dL_dparams && n_params() > 0)
-                fill(stream, View(dL_dparams, param_dtype(), input.device, 1, static_cast<int64_t>(n_params())), 0.0);
+            zero_params_gradient(stream, input.device, dL_dparams, GradMode::overwrite);
             return;
         }
 #if defined(TNN_WITH_GPU)
