@@ -789,12 +789,6 @@ template <typename F> __device__ __forceinline__ void with_fused_loss_kind(LossK
     }
 }
 
-// The fused training step's output layer, chunk c (rows of this warp, global rows from row0), given
-// y = f_out(z) rounded to the output dtype as the forward pass stores it (round_output) and
-// d = f_out'(z): the loss term of y and the fp32 target as losses.cu computes it
-// (loss_element, no pdf); its value to args.values; dz = round_T(round_out(gradient) * d) as
-// output_dz_chunk computes it from a stored gradient. So the step equals forward + Loss::evaluate +
-// backward bit for bit.
 // v rounded to the output dtype (fp32, or the network dtype T) and back.
 template <typename T> __device__ __forceinline__ float round_output(bool y_f32, float v) {
     return y_f32 ? v : gpu::to_acc(gpu::from_acc<T>(v));
@@ -820,6 +814,12 @@ __device__ __forceinline__ void load_target_pairs(const KernelArgs& args, const 
     });
 }
 
+// The fused training step's output layer, chunk c (rows of this warp, global rows from row0), given
+// y = f_out(z) rounded to the output dtype as the forward pass stores it (round_output),
+// d = f_out'(z) and the target pairs t (load_target_pairs): the loss term of y and the target as
+// losses.cu computes it (loss_element, no pdf); its value to args.values; dz =
+// round_T(round_out(gradient) * d) as output_dz_chunk computes it from a stored gradient. So the step
+// equals forward + Loss::evaluate + backward bit for bit.
 // One m16 tile (MM) at a time, so that y, d and the target t cost 24 registers, not 24 * MT. The loss
 // kind and whether N is a power of two are decided once, outside the element loop, and the elements
 // past the batch or the outputs are masked rather than branched around, so that the element code is
