@@ -456,12 +456,16 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     TNN_SKIP_WITHOUT_GPU();
     // The target is staged like dL/doutput where that keeps the unfused plan's tiles, else read from
     // global memory (the default of w64_32to16 with two m16 tiles); overrides 3 and 4 force the latter.
-    std::vector<ffm::PlanOverride> overrides(5);
+    std::vector<ffm::PlanOverride> overrides(6);
     overrides[1].backward_m_tiles = 1;
     overrides[2].backward_m_tiles = 2;
     overrides[3].stream_weights = overrides[3].stash_in_global = overrides[3].dw_in_global = true;
     overrides[3].backward_warps = 2;
     overrides[3].fused_target_global = overrides[4].fused_target_global = true;
+    // Two tiles with the target from global memory: the chunk-0 prefetch next to chunks loaded in
+    // place (64 outputs: chunks 1-3).
+    overrides[5].backward_m_tiles = 2;
+    overrides[5].fused_target_global = true;
     const Device dev = Device::gpu(0);
     // Plus batches whose N = rows * outputs is a power of two: there the epilogue multiplies by 1 / N
     // (KernelArgs::loss_inv_n) where the loss kernel divides by N; elsewhere it divides too.

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <tuple>
 
 using namespace tnn;
@@ -468,8 +469,14 @@ TEST(GpuTrainerFusedLoss, BatchSizeChangesGiveTheSameBits) {
     plain->set_fused_loss(false);
     TestStream s1(Device::gpu(0)), s2(Device::gpu(0));
     const std::vector<int64_t> sizes = {777, 777, 777, 777, 300, 300, 1024, 777, 777, 777, 777};
+    // One batch per size and trainer, reloaded each step: the views repeat, so graphs are captured.
+    std::map<int64_t, std::pair<Batch, Batch>> batches;
+    for (int64_t n : sizes)
+        if (!batches.count(n))
+            batches.emplace(n, std::make_pair(Batch(n, DType::f32, Device::gpu(0)), Batch(n, DType::f32, Device::gpu(0))));
     for (size_t k = 0; k < sizes.size(); ++k) {
-        Batch b1(sizes[k], DType::f32, Device::gpu(0)), b2(sizes[k], DType::f32, Device::gpu(0));
+        Batch& b1 = batches.at(sizes[k]).first;
+        Batch& b2 = batches.at(sizes[k]).second;
         b1.load(s1, int(k));
         b2.load(s2, int(k));
         Tensor pdf1(sizes[k], 1, DType::f32, Device::gpu(0)), pdf2(sizes[k], 1, DType::f32, Device::gpu(0));
@@ -485,10 +492,38 @@ TEST(GpuTrainerFusedLoss, BatchSizeChangesGiveTheSameBits) {
         }
         const double a = fused->loss(s1), b = plain->loss(s2);
         EXPECT_TRUE(loss_bits_equal(a, b)) << "step " << k + 1 << " (batch " << sizes[k] << "): " << a << " vs " << b;
-        s1.stream().synchronize();  // the batch and pdf tensors die here
+        s1.stream().synchronize();  // the pdf tensors die here
         s2.stream().synchronize();
     }
     expect_same_bits(fused->params_host(s1), plain->params_host(s2), "weights");
+    // Captured at steps 3 and 10 (three steps with the same views each time), replayed at 4 and 11.
+    EXPECT_EQ(fused->graph_captures(), 2u);
+    EXPECT_EQ(plain->graph_captures(), 2u);
+}
+
+TEST(GpuTrainerFusedLoss, SwitchingMidRunGivesTheSameBits) {
+    // set_fused_loss(false) after a fused graph was captured (the unfused buffers are allocated late,
+    // the graph is recaptured), then true again: the bits of a trainer that never fuses.
+    const ModelCase m{"FullyFusedMLP", relu_fused_mlp(), nullptr};
+    SKIP_UNLESS_GPU_MODEL(m);
+    const json adam = {{"otype", "Adam"}, {"learning_rate", 1e-2}};
+    auto switching = make_trainer(build_model(m), adam, Device::gpu(0), {{"otype", "RelativeL2"}});
+    auto plain = make_trainer(build_model(m), adam, Device::gpu(0), {{"otype", "RelativeL2"}});
+    plain->set_fused_loss(false);
+    TestStream s1(Device::gpu(0)), s2(Device::gpu(0));
+    Batch b1(777, DType::f32, Device::gpu(0)), b2(777, DType::f32, Device::gpu(0));
+    for (int k = 0; k < 15; ++k) {
+        if (k == 5) switching->set_fused_loss(false);
+        if (k == 10) switching->set_fused_loss(true);
+        b1.load(s1, k);
+        b2.load(s2, k);
+        switching->step(s1, b1.x.view(), b1.y.view());
+        plain->step(s2, b2.x.view(), b2.y.view());
+        const double a = switching->loss(s1), b = plain->loss(s2);
+        EXPECT_TRUE(loss_bits_equal(a, b)) << "step " << k + 1 << ": " << a << " vs " << b;
+    }
+    expect_same_bits(switching->params_host(s1), plain->params_host(s2), "weights");
+    EXPECT_EQ(switching->graph_captures(), 3u);  // one per stretch of five steps
 }
 
 TEST(GpuTrainerFusedLoss, OnlyWhereTheKernelsCarryIt) {
