@@ -351,19 +351,6 @@ int main(int argc, char** argv) {
     // The issue's rows: 2^20 and 2^21.
     for (int log2 : {20, 21})
         bench_row({"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << log2, all}, o, s, results, {}, "auto");
-    // The fast gradient's thread mappings of the main row at 2^20 (also in quick runs: the default is
-    // chosen between them).
-    {
-        const Row fast{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward"}};
-        auto mapping = [](int m) {
-            grid_gpu::Variant v;
-            v.fast_mapping = m;
-            return v;
-        };
-        bench_row(fast, o, s, results, mapping(0), "fast_row_level_pairs");
-        bench_row(fast, o, s, results, mapping(1), "fast_corner_lanes");
-        bench_row(fast, o, s, results, mapping(2), "fast_pair_lanes");
-    }
     // Kernel variants of the main row at 2^20.
     if (!o.quick) {
         const Row fwd{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"forward"}};
@@ -380,6 +367,8 @@ int main(int argc, char** argv) {
         bench_row(fwd, o, s, results, variant([](auto& v) { v.forward_threads = 512; }), "forward_512_threads");
         bench_row(bwd, o, s, results, variant([](auto& v) { v.shared_kib = 0; }), "no_shared_levels");
         bench_row(bwd, o, s, results, variant([](auto& v) { v.shared_kib = 48; }), "shared_48KiB");
+        bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 0; }), "fast_row_level_pairs");
+        bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 1; }), "fast_corner_lanes");
         bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 0; v.vector_atomics = 0; }),
                   "fast_row_level_scalar");
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 0; }), "det_row_level");

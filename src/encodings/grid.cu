@@ -163,8 +163,6 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         // Automatic: a thread per (row, level, corner), or per (row, level) when one corner receives all.
         if (var.fast_mapping == 0 || (var.fast_mapping < 0 && one_corner))
             L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, sink);
-        else if (var.fast_mapping == 2)
-            L.param_grad_float_pairs(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, sink);
         else
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, sink);
         if (direct) return;

@@ -199,8 +199,7 @@ struct Variant {
                               // 0: no shared-memory levels; more: opt in, up to the device's maximum)
     int vector_atomics = -1;  // fast gradient: sm_90 v2/v4 float reductions (0: scalar)
     int fast_mapping = -1;    // fast gradient: 0 a thread per (row, level), x-pairs merged into one v4;
-                              // 1 a thread per (row, level, corner), reductions coalesced by sector;
-                              // 2 a thread per (row, level, x-pair), x-pairs merged into one v4
+                              // 1 a thread per (row, level, corner), reductions coalesced by sector
                               // (-1: 1, or 0 for first-order Nearest / stochastic rows: one corner each)
     int det_mapping = -1;     // deterministic: 0 a thread per (row, level); 1 per (row, level, feature);
                               // 2 per (row, level, corner, feature) (-1: 1 when F > 1, else 2, or 0

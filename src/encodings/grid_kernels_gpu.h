@@ -630,36 +630,6 @@ __global__ void __launch_bounds__(kThreads)
     sink.template level<F>(level, L).template add<F>(entry, w, gv);
 }
 
-// Global-atomic reduction with a thread per (row, level, x-pair), the pairs of a row on consecutive
-// lanes: each thread adds its two x-neighbours with FloatSink::add_pair (one v4 / v2 reduction when
-// they share a 2-entry slot, else two), so a row and level issue 2^(D-1) to 2^D reductions from
-// 2^(D-1) threads instead of 2^D from 2^D (grid_param_grad_corner_kernel).
-template <typename T, uint32_t D, uint32_t F, bool SECOND>
-__global__ void __launch_bounds__(kThreads)
-    grid_param_grad_pair_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level, int64_t rows,
-                                const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
-                                int64_t v_stride, const T* __restrict__ g, int64_t g_stride, const FloatSink sink) {
-    constexpr uint32_t kPairs = 1u << (D - 1), kRowsPerBlock = kThreads / kPairs;
-    const uint32_t level = list.ids[blockIdx.x / blocks_per_level];
-    const int64_t row = int64_t(blockIdx.x % blocks_per_level) * kRowsPerBlock + threadIdx.x / kPairs;
-    if (row >= rows) return;
-    const LevelInfo& L = a.levels[level];
-    const float* xr = x + row * x_stride;
-    const float* vr = SECOND ? v + row * v_stride : nullptr;
-    const uint32_t c0 = (threadIdx.x % kPairs) << 1, c1 = c0 | 1u;
-    uint32_t e0, e1;
-    float w0, w1;
-    const bool has0 = corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, c0, e0, w0);
-    const bool has1 = corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, c1, e1, w1);
-    if (!has0 && !has1) return;
-    float gv[F];
-    load_gradient<T, F>(g, row, g_stride, level, gv);
-    const auto s = sink.template level<F>(level, L);
-    if (has0 && has1) s.template add_pair<F>(e0, w0, e1, w1, gv);
-    else if (has0) s.template add<F>(e0, w0, gv);
-    else s.template add<F>(e1, w1, gv);
-}
-
 // The deterministic reduction with a thread per (row, level, corner, feature), features fastest: an
 // entry's F words and its x-neighbour's, when they share a 32-byte sector, leave as one request.
 template <typename T, uint32_t D, uint32_t F, bool SECOND>
@@ -941,10 +911,6 @@ struct Launchers {
     void (*param_grad_float_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                      const float* v, int64_t v_stride, const void* g, int64_t g_stride,
                                      const FloatSink&);
-    // Fast path with one thread per (row, level, x-pair) (grid_param_grad_pair_kernel).
-    void (*param_grad_float_pairs)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
-                                   const float* v, int64_t v_stride, const void* g, int64_t g_stride,
-                                   const FloatSink&);
     // Shared-memory parameter gradient of small levels (first order), into a float or fixed-point accumulator.
     void (*param_grad_shared_float)(const Call&, DType, uint32_t n_features, const SharedItems&,
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
@@ -1094,23 +1060,6 @@ template <uint32_t D> Launchers make_launchers() {
                         *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_corner_kernel");
-        });
-    };
-    l.param_grad_float_pairs = [](const Call& c, DType dtype, uint32_t n_features, bool second,
-                                  const LevelList& list, const float* v, int64_t v_stride, const void* g,
-                                  int64_t g_stride, const FloatSink& sink) {
-        if (list.count == 0) return;
-        dispatch_storage(dtype, n_features, [&](auto t, auto f) {
-            using T = decltype(t);
-            constexpr uint32_t F = decltype(f)::value;
-            const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads >> (D - 1)));
-            const T* gt = static_cast<const T*>(g);
-            dispatch_bool(second, [&](auto sec) {
-                constexpr bool SECOND = decltype(sec)::value;
-                grid_param_grad_pair_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
-            });
-            TNN_GPU_CHECK_LAUNCH("grid_param_grad_pair_kernel");
         });
     };
     l.param_grad_shared_float = [](const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
