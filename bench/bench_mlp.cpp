@@ -163,16 +163,17 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
     for (const ffm::PlanOverride& ov : overrides) {
         ffm::set_plan_override(ov);
         json variant = {{"forward_warps", ov.forward_warps}, {"backward_warps", ov.backward_warps},
-                        {"generic", ov.generic_kernels}, {"backward_m_tiles", ov.backward_m_tiles}};
+                        {"generic", ov.generic_kernels}, {"backward_m_tiles", ov.backward_m_tiles},
+                        {"dy_global", ov.dy_global}};
         auto record = [&](const char* pass, const std::vector<double>& ms, const std::string& what) {
             results.push_back({{"label", label},       {"pass", pass},         {"n_in", sh.n_in},
                                {"width", sh.width},    {"n_out", sh.n_out},    {"hidden", sh.hidden},
                                {"batch", batch},       {"ms", median(ms)},     {"ms_rounds", ms},
                                {"variant", variant},   {"what", what}});
-            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s%s  %9.4f ms  (%s)\n", label.c_str(), pass,
+            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s%s%s  %9.4f ms  (%s)\n", label.c_str(), pass,
                         static_cast<long long>(batch), ov.forward_warps, ov.backward_warps,
-                        ov.generic_kernels ? " generic" : "", ov.backward_m_tiles ? (ov.backward_m_tiles == 2 ? " bwd-mt2" : " bwd-mt1") : "", median(ms),
-                        what.c_str());
+                        ov.generic_kernels ? " generic" : "", ov.backward_m_tiles ? (ov.backward_m_tiles == 2 ? " bwd-mt2" : " bwd-mt1") : "",
+                        ov.dy_global ? " dy-global" : "", median(ms), what.c_str());
             std::fflush(stdout);
         };
         // After a row that stepped Adam: whether the weights stayed finite, in the row and on screen.
@@ -268,6 +269,17 @@ int main(int argc, char** argv) {
     // Small-batch latency (GPU-busy time per call, back-to-back in a graph).
     for (int64_t b : {int64_t(1), int64_t(128), int64_t(1024)})
         bench_shape({64, 64, 64, 2}, b, msg("latency 64->64->64"), o, s, results, automatic);
+    // Twelve warps per block with one m16 tile per warp (possible only with dL/doutput and the target
+    // read in place: no dy rows in shared memory), and dy in place alone at the planner's warps: in
+    // quick runs too, since they decide whether the planner should take them.
+    {
+        ffm::PlanOverride twelve, in_place;
+        twelve.backward_warps = 12, twelve.backward_m_tiles = 1, twelve.dy_global = true;
+        in_place.backward_m_tiles = 1, in_place.dy_global = true;
+        for (const Shape& sh : {Shape{64, 64, 64, 2}, Shape{32, 64, 16, 2}, Shape{32, 16, 16, 2}})
+            bench_shape(sh, big, msg("variant ", sh.n_in, "->", sh.width, "->", sh.n_out), o, s, results,
+                        {twelve, in_place});
+    }
     // Variants (the planner's choice is the "auto" row above): warps per block, and the kernels that
     // switch the activation at run time instead of the ones compiled for ReLU / None.
     if (!o.quick) {

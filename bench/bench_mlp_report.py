@@ -76,7 +76,8 @@ def main(out_dir):
             rows.append({"label": r.get("label"), "error": r.get("error")})
             continue
         auto = (r["variant"]["forward_warps"] == 0 and r["variant"]["backward_warps"] == 0
-                and not r["variant"].get("generic", False) and not r["variant"].get("backward_m_tiles", 0))
+                and not r["variant"].get("generic", False) and not r["variant"].get("backward_m_tiles", 0)
+                and not r["variant"].get("dy_global", False))
         io, flops = floors(r)
         floor_ms = max(io / COPY_BW, flops / FP16_PEAK) * 1e3
         row = {"label": r["label"], "pass": r["pass"], "batch": r["batch"], "what": r["what"], "ms": r["ms"],
@@ -160,6 +161,8 @@ def main(out_dir):
         kernels = "generic (run-time activation switch)" if v["variant"].get("generic") else "auto"
         if v["variant"].get("backward_m_tiles"):
             kernels += f", backward {v['variant']['backward_m_tiles']} m16 tiles per warp"
+        if v["variant"].get("dy_global"):
+            kernels += ", dL/doutput and target read in place"
         lines.append(f"| {v['label']} | {v['pass']} | {v['variant']['forward_warps'] or 'auto'} | "
                      f"{v['variant']['backward_warps'] or 'auto'} | {kernels} | {fmt(v['ms'])} | "
                      f"{v['fraction_of_floor']:.0%} |")

@@ -98,13 +98,14 @@ ForwardPlan layout_forward(const Shape& s, int in_bytes, int out_bytes, int nw, 
 }
 
 BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw, int nw, int m_tiles,
-                             bool resident, bool stash_smem, bool dw_smem) {
+                             bool resident, bool stash_smem, bool dw_smem, bool dy_smem) {
     BackwardPlan p;
     p.n_warps = nw;
     p.rows_per_warp = 16 * m_tiles;
     p.weights_resident = resident;
     p.stash_in_smem = stash_smem;
     p.dw_in_smem = dw_smem;
+    p.dy_in_smem = dy_smem;
     const int64_t R = int64_t(nw) * p.rows_per_warp;
     p.raw_stride = static_cast<int>(align16(int64_t(s.n_in) * in_bytes));
     p.dy_stride = static_cast<int>(align16_odd(int64_t(s.n_out) * dy_bytes));
@@ -118,7 +119,7 @@ BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activat
     p.off_raw = off;
     off += R * p.raw_stride;
     p.off_dy = off;
-    off += R * p.dy_stride;
+    if (dy_smem) off += R * p.dy_stride;
     p.off_x = off;
     off += R * p.x_stride * 2;
     const int64_t stash = int64_t(s.n_hidden) * p.n_stashes * R * p.act_stride * 2;
@@ -196,10 +197,12 @@ std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, in
                 const int tier = mode++;
                 if ((resident && o.stream_weights) || (stash_smem && o.stash_in_global) || (dw_smem && o.dw_in_global))
                     continue;
-                for (int nw : {8, 4, 2, 1}) {
-                    if (o.backward_warps && nw != o.backward_warps) continue;
+                // 12 warps only when asked for (PlanOverride::backward_warps; the kernels that allow it:
+                // backward_max_warps): unmeasured against 8 as a default.
+                for (int nw : {12, 8, 4, 2, 1}) {
+                    if ((o.backward_warps ? nw != o.backward_warps : nw > 8) || nw > d.max_warps_per_block) continue;
                     BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, m_tiles, resident, stash_smem,
-                                                     dw_smem);
+                                                     dw_smem, !o.dy_global);
                     p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
                     if (p.blocks_per_sm == 0) continue;
                     const bool enough = nw * p.blocks_per_sm >= 4;
@@ -216,6 +219,18 @@ std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, in
 BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw,
                            const DeviceLimits& d, const PlanOverride& o, const DeviceLimits* d_mt2) {
     const auto width = static_cast<uint32_t>(s.width);
+    if (o.dy_global && !has_backward_dy_global())
+        throw UnsupportedError("FullyFusedMLP: the backward kernels of this backend stage dL/doutput in shared "
+                               "memory (no dy_global plans; NVIDIA only)");
+    if (o.backward_warps) {
+        // The kernel the plan will run: the override's tiles, else one tile (two only ever with <= 8 warps).
+        const DeviceLimits& k = o.backward_m_tiles == 2 && d_mt2 ? *d_mt2 : d;
+        if (o.backward_warps > k.max_warps_per_block)
+            throw UnsupportedError(msg("FullyFusedMLP: ", o.backward_warps, " warps per block exceed the backward "
+                                       "kernel's ", k.max_warps_per_block, " at width ", s.width,
+                                       " (12 only for ReLU / linear-output networks up to width 64, one m16 tile "
+                                       "per warp; else 1, 2, 4 or 8)"));
+    }
     if (o.backward_m_tiles) {
         if (!has_backward_m_tiles(width, o.backward_m_tiles))
             throw UnsupportedError(msg("FullyFusedMLP: no backward kernel with ", o.backward_m_tiles,

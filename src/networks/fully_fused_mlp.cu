@@ -110,6 +110,7 @@ DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backwar
         const KernelInfo info = backward ? K::backward_info(static_cast<int>(d.smem_per_block), relu, m_tiles)
                                          : K::forward_info(static_cast<int>(d.smem_per_block), relu);
         d.regs_per_thread = info.regs_per_thread;
+        d.max_warps_per_block = info.max_warps;
     });
     cache.emplace(key, d);
     return d;
@@ -178,6 +179,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         a.dy_stride = dL_doutput.stride;
         const int b = a.dy_f32 ? 4 : 2;
         a.dy_vec = copy_vector_bytes(dL_doutput.data, dL_doutput.stride * b, int64_t(layout.n_output_dims) * b);
+        a.dy_vec2 = reinterpret_cast<uintptr_t>(a.dy) % (2 * b) == 0 && (a.dy_stride * b) % (2 * b) == 0;
     } else {
 #if !defined(TNN_WITH_CUDA)
         throw UnsupportedError("FullyFusedMLP: the gfx12 kernels have no fused training step (can_fuse_loss)");
@@ -220,7 +222,8 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     };
     a.bwd = plan(a.dy_f32 ? 4 : 2);
     int grid = grid_of(a.bwd);
-    if (loss && !a.dy_f32 && !o.fused_target_global) {
+    // Without dy rows in shared memory (dy_global plans) the target stays in global memory too.
+    if (loss && !a.dy_f32 && !o.fused_target_global && a.bwd.dy_in_smem) {
         // Staging the fp32 target needs more shared memory per row than dL/doutput would: take that
         // plan only when it keeps the unfused plan's rows per block and blocks (so dW sums the same
         // rows in the same order); otherwise the epilogue reads the target from global memory.
@@ -233,7 +236,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
             }
         } catch (const UnsupportedError&) {  // the staged plan fits nowhere: keep the global reads
         }
-    } else if (loss && !o.fused_target_global) {
+    } else if (loss && !o.fused_target_global && a.bwd.dy_in_smem) {
         a.staged_target = true;  // fp32 output: the target has dL/doutput's size
     }
     if (a.staged_target) {

@@ -33,6 +33,28 @@ constexpr bool has_backward_m_tiles(uint32_t width, int m_tiles) {
 #endif  // TNN_WITH_HIP
 }
 
+// Most warps per block of a backward kernel: 12 for the ReLU / linear-output kernels with one m16
+// tile per warp up to width 64 (their __launch_bounds__ allow 168 registers a thread; ptxas gives the
+// width-64 one 154, sm_90, 2026-11-30), kMaxWarps for the others (up to 255 registers). Only a plan
+// override asks for more than 8 (PlanOverride::backward_warps = 12).
+constexpr int backward_max_warps(uint32_t width, bool relu, int m_tiles) {
+#if defined(TNN_WITH_HIP)
+    (void)width, (void)relu, (void)m_tiles;
+    return kMaxWarps;
+#else
+    return relu && m_tiles == 1 && width <= 64 ? 12 : kMaxWarps;
+#endif  // TNN_WITH_HIP
+}
+// Whether the backward kernels can read dL/doutput (or the fused step's target) from global memory
+// in the output layer instead of staging it in shared memory (PlanOverride::dy_global).
+constexpr bool has_backward_dy_global() {
+#if defined(TNN_WITH_HIP)
+    return false;
+#else
+    return true;
+#endif  // TNN_WITH_HIP
+}
+
 // The layer geometry of an MlpLayout in a form kernels can use. Matches MlpLayout's
 // weight_offset / bias_offset / n_params exactly (tested).
 struct Shape {
@@ -181,6 +203,8 @@ struct BackwardPlan {
     bool weights_resident = true;
     bool stash_in_smem = true;  // activations of the recomputed forward pass, else in global scratch
     bool dw_in_smem = true;     // fp32 weight-gradient accumulators, else in the block's global slot
+    bool dy_in_smem = true;     // dL/doutput (or the staged target) in shared memory, else read from
+                                // global memory by the output layer (no dy region)
     int64_t off_weights = 0, off_raw = 0, off_dy = 0, off_x = 0, off_stash = 0, off_awork = 0, off_dz = 0,
             off_dw = 0, smem_bytes = 0;
     int raw_stride = 0, dy_stride = 0;      // bytes per row
@@ -194,6 +218,7 @@ struct BackwardPlan {
 struct DeviceLimits {
     int64_t smem_per_block = 0, smem_per_sm = 0;
     int regs_per_sm = 65536, regs_per_thread = 128, max_warps_per_sm = 64;
+    int max_warps_per_block = kMaxWarps;  // the kernel's __launch_bounds__ (backward_max_warps)
 };
 
 // Test and benchmark hooks: force a fallback (so small configs exercise the paths deep or wide
@@ -204,6 +229,8 @@ struct PlanOverride {
     bool generic_kernels = false;  // ReLU / None networks too take the kernels that switch at run time
     int backward_m_tiles = 0;      // m16 tiles per warp in the backward pass (1 or 2)
     bool fused_target_global = false;  // the fused training step reads the target from global memory
+    bool dy_global = false;  // the backward reads dL/doutput (and the fused step its target) from global
+                             // memory in the output layer: no dy rows in shared memory (NVIDIA)
 };
 void set_plan_override(const PlanOverride& o);
 PlanOverride plan_override();
@@ -237,6 +264,7 @@ struct KernelArgs {
     int64_t dy_stride = 0;
     int dy_vec = 16;
     bool dy_f32 = false;           // the staged dy rows are fp32
+    bool dy_vec2 = false;          // dy rows (BackwardPlan::dy_in_smem false: read in place) aligned for pair loads
     void* dx = nullptr;            // dL/dinput (optional), dtype of the input
     int64_t dx_stride = 0;
     float* dw_partials = nullptr;  // [gridDim.x][n_params] fp32, fragment order (Shape::fragment_index)
@@ -303,6 +331,7 @@ int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes);
 struct KernelInfo {
     int regs_per_thread = 0;
     int local_bytes = 0;  // spills and local arrays; 0 is expected
+    int max_warps = 0;    // threads per block its __launch_bounds__ allow, / 32
 };
 template <typename H, int W> struct Kernels {
     // relu: the flavour compiled for ReLU hidden layers and a linear output (KernelArgs::relu).

@@ -688,14 +688,14 @@ template <typename H, int W> KernelInfo Kernels<H, W>::forward_info(int, bool) {
     auto* k = gfx12::fully_fused_mlp_gfx12_forward_kernel<device_of<H>, W>;
     gpu_func_attributes_t a;
     TNN_GPU_CHECK(gpu_func_get_attributes(&a, k));
-    return KernelInfo{a.numRegs, int(a.localSizeBytes)};
+    return KernelInfo{a.numRegs, int(a.localSizeBytes), kMaxWarps};
 }
 
 template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int, bool, int) {
     auto* k = gfx12::fully_fused_mlp_gfx12_backward_kernel<device_of<H>, W>;
     gpu_func_attributes_t a;
     TNN_GPU_CHECK(gpu_func_get_attributes(&a, k));
-    return KernelInfo{a.numRegs, int(a.localSizeBytes)};
+    return KernelInfo{a.numRegs, int(a.localSizeBytes), kMaxWarps};
 }
 
 template <typename H, int W> void Kernels<H, W>::forward(const KernelArgs& args, int grid, void* stream) {

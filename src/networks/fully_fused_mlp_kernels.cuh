@@ -748,18 +748,19 @@ __device__ __forceinline__ void store_a_tile(const uint32_t (&a)[MT][NC][4], T* 
 // staged tile (rows of dy_stride bytes, DyT = float or T). FULL: all rows valid and the chunk inside
 // n_out (no per-element checks).
 template <typename T, typename DyT, bool FULL, int MT, class D>
-__device__ __forceinline__ void output_dz_chunk_t(const float (&acc)[MT][2][4], const char* dyt, int dy_stride, T* dz,
-                                                  int dz_stride, int c, int n_out, int valid, int lane, D&& deriv) {
+__device__ __forceinline__ void output_dz_chunk_t(const float (&acc)[MT][2][4], const char* dyt, int dy_stride,
+                                                  bool pairs, T* dz, int dz_stride, int c, int n_out, int valid,
+                                                  int lane, D&& deriv) {
     for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
         const DyT* dr = reinterpret_cast<const DyT*>(dyt + row * dy_stride) + col;
         const bool v0 = FULL || (row < valid && col < n_out), v1 = FULL || (row < valid && col + 1 < n_out);
         float2 g = make_float2(0.0f, 0.0f);
-        if (v1) {
+        if (v1 && pairs) {
             if constexpr (std::is_same_v<DyT, float>) g = *reinterpret_cast<const float2*>(dr);
             else g = unpack2<T>(*reinterpret_cast<const uint32_t*>(dr));
-        } else if (v0) {
-            if constexpr (std::is_same_v<DyT, float>) g.x = dr[0];
-            else g.x = gpu::to_acc(dr[0]);
+        } else {
+            if (v0) g.x = gpu::to_acc(dr[0]);
+            if (v1) g.y = gpu::to_acc(dr[1]);
         }
         const float d0 = v0 ? g.x * deriv(acc[m][j][2 * hh]) : 0.0f;
         const float d1 = v1 ? g.y * deriv(acc[m][j][2 * hh + 1]) : 0.0f;
@@ -767,11 +768,12 @@ __device__ __forceinline__ void output_dz_chunk_t(const float (&acc)[MT][2][4], 
     });
 }
 template <typename T, int MT, class D>
-__device__ __forceinline__ void output_dz_chunk(const float (&acc)[MT][2][4], bool dy_f32, const char* dyt, int dy_stride,
-                                                T* dz, int dz_stride, int c, int n_out, int valid, int lane, D&& deriv) {
+__device__ __forceinline__ void output_dz_chunk(const float (&acc)[MT][2][4], bool dy_f32, const char* dyt,
+                                                int dy_stride, bool pairs, T* dz, int dz_stride, int c, int n_out,
+                                                int valid, int lane, D&& deriv) {
     with_f32_and_full<T>(dy_f32, valid >= 16 * MT && 16 * c + 16 <= n_out, [&](auto e, auto full) {
-        output_dz_chunk_t<T, typename decltype(e)::type, decltype(full)::value>(acc, dyt, dy_stride, dz, dz_stride, c,
-                                                                                n_out, valid, lane, deriv);
+        output_dz_chunk_t<T, typename decltype(e)::type, decltype(full)::value>(acc, dyt, dy_stride, pairs, dz,
+                                                                                dz_stride, c, n_out, valid, lane, deriv);
     });
 }
 
@@ -995,7 +997,8 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
 }
 
 template <typename T, int W, bool RELU, int MT>
-__global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
+__global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
+    fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
     constexpr int RW = 16 * MT, NC = W / 16;
     // Row pitches (elements) known at compile time: the stash tiles and the dz tiles of the hidden
     // layers (the planner's act_stride; the dz region is planned for max(W, pout) + 8 and the top
@@ -1061,7 +1064,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
         for (int l = 0; l <= L; ++l) load_slot<T>(args, l, wsm + s.slot_offset(l));
     if (blockIdx.x < n_tiles) {
         issue_input(blockIdx.x);
-        if (!args.fused_loss || args.staged_target) issue_dy(blockIdx.x);
+        if (p.dy_in_smem && (!args.fused_loss || args.staged_target)) issue_dy(blockIdx.x);
     }
     cp_async_commit();
     cp_async_wait_all();
@@ -1174,14 +1177,21 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) fully_fused_mlp_backward_ke
                     if constexpr (MT > 1) tile(std::integral_constant<int, 1>{});
                 } else {
                     with_output_activation<RELU>(args.out_act, [&](auto A) {
-                        output_dz_chunk<T>(acc, args.dy_f32, dyt, p.dy_stride, dz_top + wrow * p.dz_stride, p.dz_stride,
-                                           c, s.n_out, valid, lane, [](float z) { return act_deriv<decltype(A)::value>(z); });
+                        auto deriv = [](float z) { return act_deriv<decltype(A)::value>(z); };
+                        if (p.dy_in_smem) {
+                            output_dz_chunk<T>(acc, args.dy_f32, dyt, p.dy_stride, true, dz_top + wrow * p.dz_stride,
+                                               p.dz_stride, c, s.n_out, valid, lane, deriv);
+                        } else {  // this warp's rows of dL/doutput in place (dy_global plans)
+                            output_dz_chunk<T>(acc, args.dy_f32, dy_base + (valid > 0 ? row0 * dy_pitch : 0),
+                                               static_cast<int>(dy_pitch), args.dy_vec2, dz_top + wrow * p.dz_stride,
+                                               p.dz_stride, c, s.n_out, valid, lane, deriv);
+                        }
                     });
                 }
             }
         }
         __syncwarp();  // the dy tile is consumed: prefetch the next one
-        if (has_next && (!args.fused_loss || args.staged_target)) issue_dy(tile + gridDim.x);
+        if (has_next && p.dy_in_smem && (!args.fused_loss || args.staged_target)) issue_dy(tile + gridDim.x);
         cp_async_commit();
 
         // ---- Backward through the layers.
@@ -1340,7 +1350,7 @@ template <typename K> KernelInfo kernel_info(K* k, int max_smem) {
     TNN_GPU_CHECK(gpu_func_set_attribute(k, gpu_func_attribute_max_dynamic_shared_memory_size, max_smem));
     gpu_func_attributes_t a;
     TNN_GPU_CHECK(gpu_func_get_attributes(&a, k));
-    return KernelInfo{a.numRegs, int(a.localSizeBytes)};
+    return KernelInfo{a.numRegs, int(a.localSizeBytes), a.maxThreadsPerBlock / 32};
 }
 
 template <typename H, int W> KernelInfo Kernels<H, W>::forward_info(int max_smem, bool relu) {

@@ -424,7 +424,7 @@ void check_backward_plan(const ffm::Shape& s, const ffm::BackwardPlan& p, int64_
     const int64_t stash = int64_t(s.n_hidden) * p.n_stashes * R * p.act_stride * 2;
     expect_disjoint({{p.off_weights, w},
                      {p.off_raw, R * p.raw_stride},
-                     {p.off_dy, R * p.dy_stride},
+                     {p.off_dy, p.dy_in_smem ? R * p.dy_stride : 0},
                      {p.off_x, R * p.x_stride * 2},
                      {p.off_stash, p.stash_in_smem ? stash : 0},
                      {p.off_awork, p.stash_in_smem ? 0 : 2 * R * p.act_stride * 2},
@@ -565,6 +565,59 @@ TEST(FusedPlan, FusedStepStagesTheTargetWhereThePlanStaysTheSame) {
                                   << " x " << staged.rows_per_warp;
         check_backward_plan(s, staged, d1.smem_per_block, true);
     }
+}
+
+TEST(FusedPlan, TwelveWarpsWithDyReadInPlaceOnlyWhenAsked) {
+    // The experiment hook of PlanOverride: 12 warps of one m16 tile, possible at 64->64->64 on the
+    // H200 only without dy rows in shared memory (dy_global) and with the dW accumulators in the
+    // block's global slot. Registers: ptxas -v of the sm_90 fp16 ReLU one-tile kernel, whose
+    // __launch_bounds__ allow 12 warps (backward_max_warps).
+    const ffm::Shape s = shape(64, 64, 64, 2);
+    auto d = h200_limits(156);
+    d.max_warps_per_block = ffm::backward_max_warps(64, true, 1);
+    // Without the override nothing changes: 8 warps, dy staged, everything on chip.
+    const auto automatic = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d);
+    EXPECT_EQ(automatic.n_warps, 8);
+    EXPECT_TRUE(automatic.dy_in_smem && automatic.dw_in_smem && automatic.stash_in_smem);
+    ffm::PlanOverride o;
+    o.backward_warps = 12;
+    o.backward_m_tiles = 1;
+    o.dy_global = true;
+    if (!ffm::has_backward_dy_global()) {
+        EXPECT_THROW(ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d, o), UnsupportedError);
+        return;
+    }
+    ASSERT_EQ(ffm::backward_max_warps(64, true, 1), 12);
+    const auto b = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d, o);
+    EXPECT_EQ(b.n_warps, 12);
+    EXPECT_EQ(b.rows_per_warp, 16);
+    EXPECT_FALSE(b.dy_in_smem);
+    EXPECT_FALSE(b.dw_in_smem);
+    EXPECT_TRUE(b.weights_resident && b.stash_in_smem);
+    EXPECT_EQ(b.off_x, b.off_dy) << "no dy rows";
+    check_backward_plan(s, b, d.smem_per_block, true);
+    // With dy staged, 12 warps keep the weights and the stash on chip no more; kernels that allow 8
+    // (two tiles, width 128, run-time activations) refuse 12 with a message.
+    o.dy_global = false;
+    const auto staged = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d, o);
+    EXPECT_FALSE(staged.weights_resident && staged.stash_in_smem);
+    o.dy_global = true;
+    EXPECT_EQ(ffm::backward_max_warps(64, true, 2), 8);
+    EXPECT_EQ(ffm::backward_max_warps(128, true, 1), 8);
+    EXPECT_EQ(ffm::backward_max_warps(64, false, 1), 8);
+    try {
+        ffm::plan_backward(shape(128, 32, 16, 2), 4, 2, Activation::ReLU, true, h200_limits(238), o);
+        FAIL() << "expected UnsupportedError";
+    } catch (const UnsupportedError& e) {
+        EXPECT_NE(std::string(e.what()).find("12 warps"), std::string::npos) << e.what();
+    }
+    // dy in place at the planner's warps: the same plan less the dy rows.
+    ffm::PlanOverride in_place;
+    in_place.dy_global = true;
+    const auto p = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d, in_place);
+    EXPECT_EQ(p.n_warps, 8);
+    EXPECT_FALSE(p.dy_in_smem);
+    EXPECT_EQ(p.smem_bytes, automatic.smem_bytes - int64_t(8) * 16 * automatic.dy_stride);
 }
 
 TEST(FusedPlan, TwoMTilesPerWarpInTheBackwardUpToWidth64) {

@@ -323,6 +323,15 @@ struct OverrideScope {
     ~OverrideScope() { ffm::set_plan_override({}); }
 };
 
+// Whether this build has the backward kernel an override asks for (tiles per warp, warps per block,
+// dL/doutput in place) for a case.
+bool override_has_kernel(const FusedCase& c, const ffm::PlanOverride& o) {
+    if (o.backward_m_tiles && !ffm::has_backward_m_tiles(c.width, o.backward_m_tiles)) return false;
+    if (o.dy_global && !ffm::has_backward_dy_global()) return false;
+    const bool relu = c.act == "ReLU" && c.out_act == "None" && !o.generic_kernels;
+    return o.backward_warps <= ffm::backward_max_warps(c.width, relu, o.backward_m_tiles ? o.backward_m_tiles : 1);
+}
+
 TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     // Small configs forced onto the paths deep or wide networks take: weights reloaded per layer,
     // activation stash in global memory, weight-gradient accumulators in global memory, few warps.
@@ -330,7 +339,7 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     // The generic kernels run on ReLU / None networks too (override 5), and a one-block batch writes
     // dL/dparams from the kernel itself, also from accumulators in global memory (w128_batch7_bias,
     // w32_batch1).
-    std::vector<ffm::PlanOverride> overrides(10);
+    std::vector<ffm::PlanOverride> overrides(12);
     overrides[0].stream_weights = true;
     overrides[1].stash_in_global = true;
     overrides[2].dw_in_global = true;
@@ -346,13 +355,16 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     overrides[8].backward_m_tiles = 2;
     // ... and one m16 tile where the planner would take two (the default of 32->64->16 and below).
     overrides[9].backward_m_tiles = 1;
+    // dL/doutput read in place (no dy rows in shared memory), alone and with 12 warps of one tile (the
+    // ReLU / linear-output kernels up to width 64 only: backward_max_warps).
+    overrides[10].dy_global = true;
+    overrides[11].dy_global = true, overrides[11].backward_warps = 12, overrides[11].backward_m_tiles = 1;
     for (const char* name :
          {"sine_sine_w64_bias_f32out", "w64_64to64_batch4099", "leaky_exponential_w16_deep5", "w128_batch7_bias",
           "w64_tail20_batch4116", "w32_batch1"})
         for (size_t i = 0; i < overrides.size(); ++i) {
             const FusedCase& c = case_named(name);
-            if (overrides[i].backward_m_tiles && !ffm::has_backward_m_tiles(c.width, overrides[i].backward_m_tiles))
-                continue;
+            if (!override_has_kernel(c, overrides[i])) continue;
             const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
             const FusedData data = make_data(c, *net, 77);
             const FusedResult ref = run_reference<double>(*net, data), naive = run_naive(*net, data);
@@ -456,7 +468,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     TNN_SKIP_WITHOUT_GPU();
     // The target is staged like dL/doutput where that keeps the unfused plan's tiles, else read from
     // global memory (the default of w64_32to16 with two m16 tiles); overrides 3 and 4 force the latter.
-    std::vector<ffm::PlanOverride> overrides(6);
+    std::vector<ffm::PlanOverride> overrides(8);
     overrides[1].backward_m_tiles = 1;
     overrides[2].backward_m_tiles = 2;
     overrides[3].stream_weights = overrides[3].stash_in_global = overrides[3].dw_in_global = true;
@@ -466,6 +478,9 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // place (64 outputs: chunks 1-3).
     overrides[5].backward_m_tiles = 2;
     overrides[5].fused_target_global = true;
+    // dL/doutput (unfused) and the target (fused) read in place, at the planner's warps and at 12.
+    overrides[6].dy_global = true;
+    overrides[7].dy_global = true, overrides[7].backward_warps = 12, overrides[7].backward_m_tiles = 1;
     const Device dev = Device::gpu(0);
     // Plus batches whose N = rows * outputs is a power of two: there the epilogue multiplies by 1 / N
     // (KernelArgs::loss_inv_n) where the loss kernel divides by N; elsewhere it divides too.
@@ -478,8 +493,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
         if (c.act != "ReLU" || c.out_act != "None" || c.strided) continue;
         for (DType dtype : {DType::f16, DType::bf16})
             for (size_t oi = 0; oi < overrides.size(); ++oi) {
-                if (overrides[oi].backward_m_tiles && !ffm::has_backward_m_tiles(c.width, overrides[oi].backward_m_tiles))
-                    continue;
+                if (!override_has_kernel(c, overrides[oi])) continue;
                 for (const char* loss_name : {"L2", "L1", "RelativeL2", "RelativeL1", "MAPE", "SMAPE"}) {
                     if (oi > 0 && std::string(loss_name) != "L2" && std::string(loss_name) != "RelativeL2") continue;
                     const std::string what = msg(c.name, " ", dtype_name(dtype), " ", loss_name, " override ", oi);
@@ -536,9 +550,11 @@ TEST(FullyFusedMlpGpuFusedLoss, StridedViewsAndFp32OutputGiveTheSameBits) {
     constexpr int64_t kRows = 4099;
     constexpr uint32_t kIn = 7, kOut = 3;
     for (const bool out_f32 : {true, false})
-        for (const bool global_target : {false, true}) {
-            const std::string what = msg(out_f32 ? "fp32" : "fp16", " output, ", global_target ? "global" : "staged",
-                                         " target");
+        for (const int mode : {0, 1, 2}) {  // target staged, target from global memory, dy and target in place
+            if (mode == 2 && !ffm::has_backward_dy_global()) continue;
+            const bool global_target = mode == 1;
+            const std::string what = msg(out_f32 ? "fp32" : "fp16", " output, ",
+                                         mode == 0 ? "staged target" : mode == 1 ? "global target" : "dy in place");
             json cfg = {{"otype", "FullyFusedMLP"}, {"n_neurons", 64}, {"n_hidden_layers", 2}, {"activation", "ReLU"},
                         {"output_activation", "None"}, {"bias", true}};
             if (out_f32) cfg["output_dtype"] = "float32";
@@ -548,6 +564,7 @@ TEST(FullyFusedMlpGpuFusedLoss, StridedViewsAndFp32OutputGiveTheSameBits) {
             net->init_params(5, p32.data());
             ffm::PlanOverride o;
             o.fused_target_global = global_target;
+            o.dy_global = mode == 2;
             OverrideScope scope(o);
             TestStream stream(dev);
             const Tensor p = to_device(host_tensor(p32, 1, int64_t(p32.size()), DType::f16), dev);
@@ -563,7 +580,9 @@ TEST(FullyFusedMlpGpuFusedLoss, StridedViewsAndFp32OutputGiveTheSameBits) {
             const View x = slice(draw(size_t(kRows) * kIn, 1.0, false, 3), kIn, 2, DType::f32, xs);
             const View target = slice(draw(size_t(kRows) * kOut, 1.0, false, 4), kOut, 1, DType::f32, ts);
             View values_a = slice({}, kOut, 1, DType::f32, vas), values_b = slice({}, kOut, 1, DType::f32, vbs);
-            View y = slice({}, kOut, 0, net->output_dtype(), ys), dy = slice({}, kOut, 0, net->output_dtype(), dys);
+            // In place, dL/doutput one column in: rows not aligned for pair loads (scalar reads).
+            View y = slice({}, kOut, 0, net->output_dtype(), ys),
+                 dy = slice({}, kOut, mode == 2 ? 1 : 0, net->output_dtype(), dys);
             View dx_a = slice({}, kIn, 0, DType::f32, dxas), dx_b = slice({}, kIn, 0, DType::f32, dxbs);
             Tensor dp_a(1, int64_t(net->n_params()), DType::f16, dev), dp_b(1, int64_t(net->n_params()), DType::f16, dev);
             auto ctx = net->forward(stream, x, y, p.data(), true);
