@@ -61,13 +61,16 @@ Score score(int tier, int warps, int blocks_per_sm) {
     return {-tier, std::min(16, warps * blocks_per_sm), warps};
 }
 
-// Backward: weights resident, then at least 4 warps per SM, then more resident warps up to 8, then
-// the lower tier, then more warps up to 16, then bigger blocks. (Measured: 4 -> 8 warps per SM beat
-// keeping dW on chip; beyond 8 that is unmeasured, so the lower tier wins there.)
+// Backward: weights resident, then at least 4 warps per SM, then more resident warps up to 8 (a
+// 12-warp block counts 12), then the lower tier, then more warps up to 16, then bigger blocks.
+// (Measured on the H200: 4 -> 8 warps per SM beat keeping dW on chip; at 64->64->64 one 12-warp
+// block with dy read in place and dW in the block's global slot beat one 8-warp block with
+// everything on chip, fused training step 1.526 vs 1.777 ms, forward + backward 1.624 vs 1.685 ms
+// (2026-11-30, run 20); other ways past 8 warps per SM are unmeasured, so the lower tier wins there.)
 using BackwardScore = std::tuple<int, int, int, int, int, int>;
 BackwardScore backward_score(bool resident, bool enough, int tier, int warps, int blocks_per_sm) {
     const int per_sm = warps * blocks_per_sm;
-    return {resident ? 1 : 0, enough ? 1 : 0, std::min(8, per_sm), -tier, std::min(16, per_sm), warps};
+    return {resident ? 1 : 0, enough ? 1 : 0, warps == 12 ? 12 : std::min(8, per_sm), -tier, std::min(16, per_sm), warps};
 }
 
 ForwardPlan layout_forward(const Shape& s, int in_bytes, int out_bytes, int nw, bool resident) {
@@ -187,29 +190,33 @@ std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, in
     BackwardScore best_score{};
     bool found = false;
     // Modes from fastest to most frugal: everything on chip; dW accumulators in the block's global
-    // slot; the activation stash in global scratch; weights reloaded per layer. Up to 8 resident warps
-    // per SM come before the first three: the backward is latency bound, and the H200 measured 8 warps
-    // with dW in global memory 1.75x faster than 4 warps with everything on chip (32->128->16, 2026-11-29).
+    // slot; dy read in place (the 12-warp kernels only); the activation stash in global scratch;
+    // weights reloaded per layer. Up to 8 resident warps per SM come before the tiers: the backward is
+    // latency bound, and the H200 measured 8 warps with dW in global memory 1.75x faster than 4 warps
+    // with everything on chip (32->128->16, 2026-11-29). A 12-warp block (kernels that allow it,
+    // weights and stash on chip) comes before 8 warps (backward_score).
+    const bool in_place = d.max_warps_per_block > kMaxWarps;  // the kernel can read dy in place
     int mode = 0;
     for (bool resident : {true, false})
         for (bool stash_smem : {true, false})
-            for (bool dw_smem : {true, false}) {
-                const int tier = mode++;
-                if ((resident && o.stream_weights) || (stash_smem && o.stash_in_global) || (dw_smem && o.dw_in_global))
-                    continue;
-                // 12 warps only when asked for (PlanOverride::backward_warps; the kernels that allow it:
-                // backward_max_warps): unmeasured against 8 as a default.
-                for (int nw : {12, 8, 4, 2, 1}) {
-                    if ((o.backward_warps ? nw != o.backward_warps : nw > 8) || nw > d.max_warps_per_block) continue;
-                    BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, m_tiles, resident, stash_smem,
-                                                     dw_smem, !o.dy_global);
-                    p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
-                    if (p.blocks_per_sm == 0) continue;
-                    const bool enough = nw * p.blocks_per_sm >= 4;
-                    const BackwardScore sc = backward_score(resident, enough, tier, nw, p.blocks_per_sm);
-                    if (!found || sc > best_score) best = p, best_score = sc, found = true;
+            for (bool dy_smem : {true, false})
+                for (bool dw_smem : {true, false}) {
+                    const int tier = mode++;
+                    if ((resident && o.stream_weights) || (stash_smem && o.stash_in_global) ||
+                        (dw_smem && o.dw_in_global) || (dy_smem && o.dy_global) || (!dy_smem && !in_place))
+                        continue;
+                    for (int nw : {12, 8, 4, 2, 1}) {
+                        if (nw > d.max_warps_per_block || (o.backward_warps && nw != o.backward_warps)) continue;
+                        if (nw > kMaxWarps && !(resident && stash_smem)) continue;
+                        BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, m_tiles, resident,
+                                                         stash_smem, dw_smem, dy_smem);
+                        p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
+                        if (p.blocks_per_sm == 0) continue;
+                        const bool enough = nw * p.blocks_per_sm >= 4;
+                        const BackwardScore sc = backward_score(resident, enough, tier, nw, p.blocks_per_sm);
+                        if (!found || sc > best_score) best = p, best_score = sc, found = true;
+                    }
                 }
-            }
     if (!found) return std::nullopt;
     return best;
 }
@@ -219,17 +226,19 @@ std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, in
 BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw,
                            const DeviceLimits& d, const PlanOverride& o, const DeviceLimits* d_mt2) {
     const auto width = static_cast<uint32_t>(s.width);
-    if (o.dy_global && !has_backward_dy_global())
-        throw UnsupportedError("FullyFusedMLP: the backward kernels of this backend stage dL/doutput in shared "
-                               "memory (no dy_global plans; NVIDIA only)");
-    if (o.backward_warps) {
-        // The kernel the plan will run: the override's tiles, else one tile (two only ever with <= 8 warps).
+    {
+        // The kernel the plan will run for an override: its tiles, else one tile (two tiles never
+        // have more than 8 warps or dy in place).
         const DeviceLimits& k = o.backward_m_tiles == 2 && d_mt2 ? *d_mt2 : d;
+        const char* which = " (ReLU / linear-output networks up to width 64 with one m16 tile per warp only)";
         if (o.backward_warps > k.max_warps_per_block)
             throw UnsupportedError(msg("FullyFusedMLP: ", o.backward_warps, " warps per block exceed the backward "
                                        "kernel's ", k.max_warps_per_block, " at width ", s.width,
-                                       " (12 only for ReLU / linear-output networks up to width 64, one m16 tile "
-                                       "per warp; else 1, 2, 4 or 8)"));
+                                       "; 12 warps", which, ", else 1, 2, 4 or 8"));
+        if (o.dy_global && k.max_warps_per_block <= kMaxWarps)
+            throw UnsupportedError(msg("FullyFusedMLP: the backward kernel of this width-", s.width,
+                                       " network stages dL/doutput in shared memory; reading it in place is for the "
+                                       "12-warp kernels", which));
     }
     if (o.backward_m_tiles) {
         if (!has_backward_m_tiles(width, o.backward_m_tiles))

@@ -35,8 +35,11 @@ constexpr bool has_backward_m_tiles(uint32_t width, int m_tiles) {
 
 // Most warps per block of a backward kernel: 12 for the ReLU / linear-output kernels with one m16
 // tile per warp up to width 64 (their __launch_bounds__ allow 168 registers a thread; ptxas gives the
-// width-64 one 154, sm_90, 2026-11-30), kMaxWarps for the others (up to 255 registers). Only a plan
-// override asks for more than 8 (PlanOverride::backward_warps = 12).
+// width-64 one 156, sm_90, 2026-11-30), kMaxWarps for the others (up to 255 registers). Those 12-warp
+// kernels can also read dL/doutput (or the fused step's target) in place in the output layer instead
+// of staging it in shared memory (BackwardPlan::dy_in_smem false): at 64->64->64 twelve warps of one
+// tile fit only so. The planner knows a kernel's bound from its attributes
+// (DeviceLimits::max_warps_per_block).
 constexpr int backward_max_warps(uint32_t width, bool relu, int m_tiles) {
 #if defined(TNN_WITH_HIP)
     (void)width, (void)relu, (void)m_tiles;
@@ -45,14 +48,8 @@ constexpr int backward_max_warps(uint32_t width, bool relu, int m_tiles) {
     return relu && m_tiles == 1 && width <= 64 ? 12 : kMaxWarps;
 #endif  // TNN_WITH_HIP
 }
-// Whether the backward kernels can read dL/doutput (or the fused step's target) from global memory
-// in the output layer instead of staging it in shared memory (PlanOverride::dy_global).
-constexpr bool has_backward_dy_global() {
-#if defined(TNN_WITH_HIP)
-    return false;
-#else
-    return true;
-#endif  // TNN_WITH_HIP
+constexpr bool backward_reads_dy_in_place(uint32_t width, bool relu, int m_tiles) {
+    return backward_max_warps(width, relu, m_tiles) > kMaxWarps;
 }
 
 // The layer geometry of an MlpLayout in a form kernels can use. Matches MlpLayout's
@@ -218,7 +215,8 @@ struct BackwardPlan {
 struct DeviceLimits {
     int64_t smem_per_block = 0, smem_per_sm = 0;
     int regs_per_sm = 65536, regs_per_thread = 128, max_warps_per_sm = 64;
-    int max_warps_per_block = kMaxWarps;  // the kernel's __launch_bounds__ (backward_max_warps)
+    int max_warps_per_block = kMaxWarps;  // the kernel's __launch_bounds__ (backward_max_warps); a backward
+                                          // kernel above kMaxWarps also reads dy in place
 };
 
 // Test and benchmark hooks: force a fallback (so small configs exercise the paths deep or wide
@@ -229,8 +227,8 @@ struct PlanOverride {
     bool generic_kernels = false;  // ReLU / None networks too take the kernels that switch at run time
     int backward_m_tiles = 0;      // m16 tiles per warp in the backward pass (1 or 2)
     bool fused_target_global = false;  // the fused training step reads the target from global memory
-    bool dy_global = false;  // the backward reads dL/doutput (and the fused step its target) from global
-                             // memory in the output layer: no dy rows in shared memory (NVIDIA)
+    bool dy_global = false;  // the backward reads dL/doutput (and the fused step its target) in place in
+                             // the output layer: no dy rows in shared memory (backward_reads_dy_in_place)
 };
 void set_plan_override(const PlanOverride& o);
 PlanOverride plan_override();

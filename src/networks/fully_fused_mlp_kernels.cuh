@@ -1000,6 +1000,8 @@ template <typename T, int W, bool RELU, int MT>
 __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
     constexpr int RW = 16 * MT, NC = W / 16;
+    // dL/doutput read in place (BackwardPlan::dy_in_smem false) is compiled into the 12-warp kernels only.
+    constexpr bool kDyInPlace = backward_reads_dy_in_place(W, RELU, MT);
     // Row pitches (elements) known at compile time: the stash tiles and the dz tiles of the hidden
     // layers (the planner's act_stride; the dz region is planned for max(W, pout) + 8 and the top
     // layer's dz, pout columns wide, uses p.dz_stride).
@@ -1178,7 +1180,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 } else {
                     with_output_activation<RELU>(args.out_act, [&](auto A) {
                         auto deriv = [](float z) { return act_deriv<decltype(A)::value>(z); };
-                        if (p.dy_in_smem) {
+                        if (!kDyInPlace || p.dy_in_smem) {
                             output_dz_chunk<T>(acc, args.dy_f32, dyt, p.dy_stride, true, dz_top + wrow * p.dz_stride,
                                                p.dz_stride, c, s.n_out, valid, lane, deriv);
                         } else {  // this warp's rows of dL/doutput in place (dy_global plans)

@@ -327,9 +327,10 @@ struct OverrideScope {
 // dL/doutput in place) for a case.
 bool override_has_kernel(const FusedCase& c, const ffm::PlanOverride& o) {
     if (o.backward_m_tiles && !ffm::has_backward_m_tiles(c.width, o.backward_m_tiles)) return false;
-    if (o.dy_global && !ffm::has_backward_dy_global()) return false;
     const bool relu = c.act == "ReLU" && c.out_act == "None" && !o.generic_kernels;
-    return o.backward_warps <= ffm::backward_max_warps(c.width, relu, o.backward_m_tiles ? o.backward_m_tiles : 1);
+    const int tiles = o.backward_m_tiles ? o.backward_m_tiles : 1;
+    if (o.dy_global && !ffm::backward_reads_dy_in_place(c.width, relu, tiles)) return false;
+    return o.backward_warps <= ffm::backward_max_warps(c.width, relu, tiles);
 }
 
 TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
@@ -355,9 +356,10 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     overrides[8].backward_m_tiles = 2;
     // ... and one m16 tile where the planner would take two (the default of 32->64->16 and below).
     overrides[9].backward_m_tiles = 1;
-    // dL/doutput read in place (no dy rows in shared memory), alone and with 12 warps of one tile (the
-    // ReLU / linear-output kernels up to width 64 only: backward_max_warps).
-    overrides[10].dy_global = true;
+    // dL/doutput read in place (no dy rows in shared memory) with 8 and with 12 warps of one tile (the
+    // ReLU / linear-output kernels up to width 64 only: backward_max_warps; 12 is their default where
+    // it fits with the weights and the stash on chip, e.g. w64_64to64).
+    overrides[10].dy_global = true, overrides[10].backward_warps = 8;
     overrides[11].dy_global = true, overrides[11].backward_warps = 12, overrides[11].backward_m_tiles = 1;
     for (const char* name :
          {"sine_sine_w64_bias_f32out", "w64_64to64_batch4099", "leaky_exponential_w16_deep5", "w128_batch7_bias",
@@ -478,8 +480,9 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // place (64 outputs: chunks 1-3).
     overrides[5].backward_m_tiles = 2;
     overrides[5].fused_target_global = true;
-    // dL/doutput (unfused) and the target (fused) read in place, at the planner's warps and at 12.
-    overrides[6].dy_global = true;
+    // dL/doutput (unfused) and the target (fused) read in place, at 8 warps and at 12 (the planner's
+    // choice for the width-64 cases whose 12-warp plan keeps the weights and the stash on chip).
+    overrides[6].dy_global = true, overrides[6].backward_warps = 8;
     overrides[7].dy_global = true, overrides[7].backward_warps = 12, overrides[7].backward_m_tiles = 1;
     const Device dev = Device::gpu(0);
     // Plus batches whose N = rows * outputs is a power of two: there the epilogue multiplies by 1 / N
@@ -551,7 +554,7 @@ TEST(FullyFusedMlpGpuFusedLoss, StridedViewsAndFp32OutputGiveTheSameBits) {
     constexpr uint32_t kIn = 7, kOut = 3;
     for (const bool out_f32 : {true, false})
         for (const int mode : {0, 1, 2}) {  // target staged, target from global memory, dy and target in place
-            if (mode == 2 && !ffm::has_backward_dy_global()) continue;
+            if (mode == 2 && !ffm::backward_reads_dy_in_place(64, true, 1)) continue;
             const bool global_target = mode == 1;
             const std::string what = msg(out_f32 ? "fp32" : "fp16", " output, ",
                                          mode == 0 ? "staged target" : mode == 1 ? "global target" : "dy in place");
