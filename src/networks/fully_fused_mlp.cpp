@@ -208,6 +208,9 @@ std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, in
                     for (int nw : {12, 8, 4, 2, 1}) {
                         if (nw > d.max_warps_per_block || (o.backward_warps && nw != o.backward_warps)) continue;
                         if (nw > kMaxWarps && !(resident && stash_smem)) continue;
+                        // dy in place is measured only as what makes a 12-warp block fit; smaller blocks
+                        // take it when asked for (PlanOverride::dy_global), so their plans stay as before.
+                        if (!dy_smem && nw <= kMaxWarps && !o.dy_global) continue;
                         BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, m_tiles, resident,
                                                          stash_smem, dw_smem, dy_smem);
                         p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
@@ -230,15 +233,22 @@ BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activatio
         // The kernel the plan will run for an override: its tiles, else one tile (two tiles never
         // have more than 8 warps or dy in place).
         const DeviceLimits& k = o.backward_m_tiles == 2 && d_mt2 ? *d_mt2 : d;
-        const char* which = " (ReLU / linear-output networks up to width 64 with one m16 tile per warp only)";
-        if (o.backward_warps > k.max_warps_per_block)
-            throw UnsupportedError(msg("FullyFusedMLP: ", o.backward_warps, " warps per block exceed the backward "
-                                       "kernel's ", k.max_warps_per_block, " at width ", s.width,
-                                       "; 12 warps", which, ", else 1, 2, 4 or 8"));
+        const char* which = " (the NVIDIA kernels for ReLU hidden layers and a linear output, widths 16 to 64, one "
+                            "m16 tile per warp)";
+        const int w = o.backward_warps;
+        if (w && w != 1 && w != 2 && w != 4 && w != 8 && w != 12)
+            throw UnsupportedError(msg("FullyFusedMLP: ", w, " warps per backward block; valid: 1, 2, 4, 8, or 12",
+                                       which));
+        if (w > k.max_warps_per_block)
+            throw UnsupportedError(msg("FullyFusedMLP: ", w, " warps per block exceed the backward kernel's ",
+                                       k.max_warps_per_block, " at width ", s.width, "; 12 only for", which));
+        if (w > kMaxWarps && (o.stream_weights || o.stash_in_global))
+            throw UnsupportedError(msg("FullyFusedMLP: ", w, " warps per backward block need the weights and the "
+                                       "activation stash in shared memory (no stream_weights / stash_in_global)"));
         if (o.dy_global && k.max_warps_per_block <= kMaxWarps)
             throw UnsupportedError(msg("FullyFusedMLP: the backward kernel of this width-", s.width,
-                                       " network stages dL/doutput in shared memory; reading it in place is for the "
-                                       "12-warp kernels", which));
+                                       " network stages dL/doutput in shared memory; reading it in place is for",
+                                       which));
     }
     if (o.backward_m_tiles) {
         if (!has_backward_m_tiles(width, o.backward_m_tiles))

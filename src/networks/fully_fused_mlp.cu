@@ -230,7 +230,10 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         try {
             const BackwardPlan staged = plan(4);
             const int staged_grid = grid_of(staged);
-            if (staged.n_warps == a.bwd.n_warps && staged.rows_per_warp == a.bwd.rows_per_warp && staged_grid == grid) {
+            // ... and stages rows at all: the 4-byte plan may instead read dy in place (a 12-warp kernel
+            // with no room for the bigger rows), and then there is no staged target to read.
+            if (staged.dy_in_smem && staged.n_warps == a.bwd.n_warps && staged.rows_per_warp == a.bwd.rows_per_warp &&
+                staged_grid == grid) {
                 a.bwd = staged;
                 a.staged_target = true;
             }

@@ -1394,6 +1394,10 @@ template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args
     // A plan laid out for other rows per warp must not run (with_backward_m_tiles refuses 0 and > 2).
     with_backward_m_tiles<W>(args.bwd.rows_per_warp % 16 ? 0 : args.bwd.rows_per_warp / 16, [&](auto mt) {
         constexpr int MT = decltype(mt)::value;
+        // A plan without dy rows must reach a kernel that reads dy in place (the planner ensures it).
+        if (!args.bwd.dy_in_smem && !backward_reads_dy_in_place(W, args.relu, MT))
+            throw Error(msg("FullyFusedMLP: a backward plan that reads dL/doutput in place reached a kernel that "
+                            "stages it (width ", W, ", ", MT, " m16 tiles per warp)"));
         const dim3 block(args.bwd.n_warps * 32);
         if (args.relu)
             fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args);

@@ -545,21 +545,25 @@ TEST(FusedPlan, FusedStepStagesTheTargetWhereThePlanStaysTheSame) {
     // rows keeps the unfused plan's warps, rows per warp and blocks per SM (so dW sums the same rows in
     // the same order); else it reads the target from global memory (ffm::gpu_backward). For the
     // benchmark shapes (fp32 input, fp16 output, ReLU, dL/dparams): 32->64->16 loses its two-tile plan
-    // with 4-byte rows and reads from global memory; the others stage. (The registers are those of the
-    // sm_90 fp16 ReLU kernels, as in the test above.)
+    // with 4-byte rows and reads from global memory; 64->64->64 runs a 12-warp block that reads
+    // dL/doutput and the target in place (NVIDIA); the others stage. (Registers and warp bounds are those
+    // of the sm_90 fp16 ReLU kernels, as in the tests above.)
     struct Case {
         int w, n_in, n_out, regs1, regs2;
         bool staged;
     };
-    for (const Case& c : {Case{64, 32, 16, 162, 221, false}, Case{16, 32, 16, 112, 136, true},
-                          Case{64, 64, 64, 162, 221, true}, Case{128, 32, 16, 242, 242, true}}) {
+    const bool twelve = ffm::backward_reads_dy_in_place(64, true, 1);
+    for (const Case& c : {Case{64, 32, 16, 156, 239, false}, Case{16, 32, 16, 106, 136, true},
+                          Case{64, 64, 64, 156, 239, !twelve}, Case{128, 32, 16, 238, 238, true}}) {
         const ffm::Shape s = shape(c.w, c.n_in, c.n_out, 2);
-        const auto d1 = h200_limits(c.regs1), d2 = h200_limits(c.regs2);
+        auto d1 = h200_limits(c.regs1), d2 = h200_limits(c.regs2);
+        d1.max_warps_per_block = ffm::backward_max_warps(static_cast<uint32_t>(c.w), true, 1);
+        d2.max_warps_per_block = ffm::backward_max_warps(static_cast<uint32_t>(c.w), true, 2);
         const ffm::DeviceLimits* mt2 = ffm::has_backward_m_tiles(static_cast<uint32_t>(c.w), 2) ? &d2 : nullptr;
         const auto unfused = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d1, {}, mt2);
         const auto staged = ffm::plan_backward(s, 4, 4, Activation::ReLU, true, d1, {}, mt2);
-        const bool same = staged.n_warps == unfused.n_warps && staged.rows_per_warp == unfused.rows_per_warp &&
-                          staged.blocks_per_sm == unfused.blocks_per_sm;
+        const bool same = unfused.dy_in_smem && staged.dy_in_smem && staged.n_warps == unfused.n_warps &&
+                          staged.rows_per_warp == unfused.rows_per_warp && staged.blocks_per_sm == unfused.blocks_per_sm;
         EXPECT_EQ(same, c.staged) << c.n_in << "->" << c.w << "->" << c.n_out << ": unfused " << unfused.n_warps
                                   << " warps x " << unfused.rows_per_warp << " rows, 4-byte rows " << staged.n_warps
                                   << " x " << staged.rows_per_warp;
@@ -616,12 +620,32 @@ TEST(FusedPlan, TwelveWarpBlocksWhereTheKernelAllowsThem) {
     EXPECT_EQ(in_place.smem_bytes, staged.smem_bytes - int64_t(8) * 16 * staged.dy_stride);
     ffm::PlanOverride twelve;
     twelve.backward_warps = 12;
-    try {
-        ffm::plan_backward(shape(128, 32, 16, 2), 4, 2, Activation::ReLU, true, limits(238, 128, 1), twelve);
-        FAIL() << "expected UnsupportedError";
-    } catch (const UnsupportedError& e) {
-        EXPECT_NE(std::string(e.what()).find("12 warps"), std::string::npos) << e.what();
-    }
+    auto refusal = [&](const ffm::Shape& sh, const ffm::DeviceLimits& lim, const ffm::PlanOverride& ov) {
+        try {
+            ffm::plan_backward(sh, 4, 2, Activation::ReLU, true, lim, ov);
+        } catch (const UnsupportedError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(refusal(shape(128, 32, 16, 2), limits(238, 128, 1), twelve).find("12 only for"), std::string::npos);
+    ffm::PlanOverride three;
+    three.backward_warps = 3;
+    EXPECT_NE(refusal(s, d, three).find("valid: 1, 2, 4, 8, or 12"), std::string::npos);
+    twelve.stash_in_global = true;
+    EXPECT_NE(refusal(s, d, twelve).find("need the weights and the activation stash"), std::string::npos);
+    // Smaller blocks of these kernels read dy in place only when asked: 32->256... keeps its plan.
+    const auto narrow = ffm::plan_backward(shape(32, 256, 16, 1), 4, 2, Activation::ReLU, true, limits(150, 32, 1));
+    EXPECT_TRUE(narrow.dy_in_smem || narrow.n_warps == 12);
+    // A 12-warp plan that stages 2-byte dL/doutput but reads 4-byte rows in place (64->64->16, 3 hidden
+    // layers, 16-bit input): the fused step must not stage its target there (ffm::gpu_backward checks
+    // dy_in_smem of the 4-byte plan; GPU test case w64_64to16_h3_16bit_in_batch5000).
+    const ffm::Shape h3 = shape(64, 64, 16, 3);
+    const auto dy2 = ffm::plan_backward(h3, 2, 2, Activation::ReLU, true, d), dy4 = ffm::plan_backward(h3, 2, 4, Activation::ReLU, true, d);
+    EXPECT_EQ(dy2.n_warps, 12);
+    EXPECT_TRUE(dy2.dy_in_smem);
+    EXPECT_EQ(dy4.n_warps, 12);
+    EXPECT_FALSE(dy4.dy_in_smem);
     ffm::PlanOverride dy;
     dy.dy_global = true;
     EXPECT_THROW(ffm::plan_backward(s, 4, 2, Activation::ReLU, true, h200_limits(202), dy), UnsupportedError);

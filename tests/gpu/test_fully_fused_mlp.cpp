@@ -340,7 +340,7 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     // The generic kernels run on ReLU / None networks too (override 5), and a one-block batch writes
     // dL/dparams from the kernel itself, also from accumulators in global memory (w128_batch7_bias,
     // w32_batch1).
-    std::vector<ffm::PlanOverride> overrides(12);
+    std::vector<ffm::PlanOverride> overrides(13);
     overrides[0].stream_weights = true;
     overrides[1].stash_in_global = true;
     overrides[2].dw_in_global = true;
@@ -361,6 +361,8 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     // it fits with the weights and the stash on chip, e.g. w64_64to64).
     overrides[10].dy_global = true, overrides[10].backward_warps = 8;
     overrides[11].dy_global = true, overrides[11].backward_warps = 12, overrides[11].backward_m_tiles = 1;
+    // 12 warps with dL/doutput staged where that fits (else the planner's next tier).
+    overrides[12].backward_warps = 12, overrides[12].backward_m_tiles = 1;
     for (const char* name :
          {"sine_sine_w64_bias_f32out", "w64_64to64_batch4099", "leaky_exponential_w16_deep5", "w128_batch7_bias",
           "w64_tail20_batch4116", "w32_batch1"})
@@ -491,6 +493,10 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     cases.push_back({"w64_32to16_batch8192_pow2", 32, 16, 64, 2, "ReLU", "None", false, 8192, false, false, false, true});
     cases.push_back({"w64_64to64_batch4096_pow2_bias_f32out", 64, 64, 64, 2, "ReLU", "None", true, 4096, false, true,
                      false, true});
+    // A 12-warp plan that stages 16-bit dL/doutput but would read the 4-byte target in place: the
+    // fused step must then read the target from global memory, not from rows it never staged.
+    cases.push_back({"w64_64to16_h3_16bit_in_batch5000", 64, 16, 64, 3, "ReLU", "None", false, 5000, true, false, false,
+                     true});
     int ran = 0;
     for (const FusedCase& c : cases) {
         if (c.act != "ReLU" || c.out_act != "None" || c.strided) continue;
