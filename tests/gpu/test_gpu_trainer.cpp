@@ -406,6 +406,16 @@ json relu_fused_mlp() {
     return j;
 }
 
+// Two GPU trainers of model m with the same seed, Adam and loss: the first takes the fused step where
+// it can (the default), the second never does.
+std::pair<std::unique_ptr<Trainer>, std::unique_ptr<Trainer>> fused_and_plain(const ModelCase& m, const json& loss) {
+    const json adam = {{"otype", "Adam"}, {"learning_rate", 1e-2}};
+    auto fused = make_trainer(build_model(m), adam, Device::gpu(0), loss);
+    auto plain = make_trainer(build_model(m), adam, Device::gpu(0), loss);
+    plain->set_fused_loss(false);
+    return {std::move(fused), std::move(plain)};
+}
+
 TEST(GpuTrainerFusedLoss, EqualsTheUnfusedStepBitForBit) {
     // Two trainers with the same seed, one fused (the default) and one not, graphs on in both (the
     // step is captured at the third step): the same loss after every step, the same weights.
@@ -425,15 +435,12 @@ TEST(GpuTrainerFusedLoss, EqualsTheUnfusedStepBitForBit) {
         {{"FullyFusedMLP_bf16", bf16, nullptr}, {"L2", "SMAPE"}},
         {{"FullyFusedMLP_f32out", f32_out, nullptr}, {"RelativeL1", "L2"}},
     };
-    const json adam = {{"otype", "Adam"}, {"learning_rate", 1e-2}};
     for (const Case& c : cases) {
         const ModelCase& m = c.model;
         SKIP_UNLESS_GPU_MODEL(m);
         for (const char* loss : c.losses) {
             const std::string what = m.name + " " + loss;
-            auto fused = make_trainer(build_model(m), adam, Device::gpu(0), {{"otype", loss}});
-            auto plain = make_trainer(build_model(m), adam, Device::gpu(0), {{"otype", loss}});
-            plain->set_fused_loss(false);
+            auto [fused, plain] = fused_and_plain(m, {{"otype", loss}});
 #if defined(TNN_WITH_CUDA)
             EXPECT_TRUE(fused->fused_loss()) << what;
 #endif  // TNN_WITH_CUDA
@@ -463,10 +470,7 @@ TEST(GpuTrainerFusedLoss, BatchSizeChangesGiveTheSameBits) {
                       {{"otype", "HashGrid"}, {"n_levels", 4}, {"log2_hashmap_size", 12}, {"base_resolution", 4},
                        {"deterministic", true}}};
     SKIP_UNLESS_GPU_MODEL(m);
-    const json adam = {{"otype", "Adam"}, {"learning_rate", 1e-2}};
-    auto fused = make_trainer(build_model(m), adam, Device::gpu(0), {{"otype", "L2"}});
-    auto plain = make_trainer(build_model(m), adam, Device::gpu(0), {{"otype", "L2"}});
-    plain->set_fused_loss(false);
+    auto [fused, plain] = fused_and_plain(m, {{"otype", "L2"}});
     TestStream s1(Device::gpu(0)), s2(Device::gpu(0));
     const std::vector<int64_t> sizes = {777, 777, 777, 777, 300, 300, 1024, 777, 777, 777, 777};
     // One batch per size and trainer, reloaded each step: the views repeat, so graphs are captured.
@@ -506,10 +510,7 @@ TEST(GpuTrainerFusedLoss, SwitchingMidRunGivesTheSameBits) {
     // the graph is recaptured), then true again: the bits of a trainer that never fuses.
     const ModelCase m{"FullyFusedMLP", relu_fused_mlp(), nullptr};
     SKIP_UNLESS_GPU_MODEL(m);
-    const json adam = {{"otype", "Adam"}, {"learning_rate", 1e-2}};
-    auto switching = make_trainer(build_model(m), adam, Device::gpu(0), {{"otype", "RelativeL2"}});
-    auto plain = make_trainer(build_model(m), adam, Device::gpu(0), {{"otype", "RelativeL2"}});
-    plain->set_fused_loss(false);
+    auto [switching, plain] = fused_and_plain(m, {{"otype", "RelativeL2"}});
     TestStream s1(Device::gpu(0)), s2(Device::gpu(0));
     Batch b1(777, DType::f32, Device::gpu(0)), b2(777, DType::f32, Device::gpu(0));
     for (int k = 0; k < 15; ++k) {
