@@ -552,17 +552,19 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
 
 TEST(FullyFusedMlpGpuFusedLoss, StridedViewsAndFp32OutputGiveTheSameBits) {
     // The views a Trainer may pass: input, target and values as column slices of wider tensors, the
-    // target and values one column in (bases not 8-byte aligned: scalar loads and stores), an odd
-    // output count, several blocks, fp32 and 16-bit outputs; both target modes (staged, global).
+    // target and values one column in (bases not 8-byte aligned: scalar loads and stores), odd output
+    // counts (17: a full 16-column chunk, whose in-place dy loads are then scalar too), several blocks,
+    // fp32 and 16-bit outputs; the target modes (staged, global, in place with dy).
     TNN_SKIP_WITHOUT_GPU();
     const Device dev = Device::gpu(0);
     constexpr int64_t kRows = 4099;
-    constexpr uint32_t kIn = 7, kOut = 3;
+    constexpr uint32_t kIn = 7;
+    for (const uint32_t kOut : {3u, 17u})
     for (const bool out_f32 : {true, false})
         for (const int mode : {0, 1, 2}) {  // target staged, target from global memory, dy and target in place
             if (mode == 2 && !ffm::backward_reads_dy_in_place(64, true, 1)) continue;
             const bool global_target = mode == 1;
-            const std::string what = msg(out_f32 ? "fp32" : "fp16", " output, ",
+            const std::string what = msg(kOut, " outputs, ", out_f32 ? "fp32" : "fp16", " output, ",
                                          mode == 0 ? "staged target" : mode == 1 ? "global target" : "dy in place");
             json cfg = {{"otype", "FullyFusedMLP"}, {"n_neurons", 64}, {"n_hidden_layers", 2}, {"activation", "ReLU"},
                         {"output_activation", "None"}, {"bias", true}};
