@@ -924,10 +924,17 @@ __device__ __forceinline__ void add4(float* p, const float (&a)[4]) {
     *reinterpret_cast<float4*>(p) = v;
 }
 
+// Offset (floats) of this lane's 4 accumulators of C tile (m0 / 16 + mu, n0 / 8 + j) of a layer's
+// dW in fragment order (Shape::fragment_index).
+__device__ __forceinline__ int64_t dw_fragment_offset(int m0, int n0, int mu, int j, int in, int lane) {
+    const int mt = m0 / 16 + mu, nt = n0 / 8 + j;
+    return ((int64_t(mt) * (in / 8) + nt) * 32 + lane) * 4;
+}
+
 // dW[out][in] += DZ^T * ACT over the tile's R rows for this warp's share of (MU x 16) x (NU x 16)
 // units; bias[out] += column sums of DZ (an extra MMA against a B of ones) in the units that hold
 // input columns 0..15. DZ: [R][dz_stride] rows of dz, ACT: [R][act_stride] rows of the layer input.
-template <typename T, int MU, int NU>
+template <typename T, int MU, int NU, bool PREFETCH>
 __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* act, int act_stride, int out, int in, int R,
                                          const DwTarget& dw, float* db, int lane, int warp, int nw) {
     const int n_units_n = in / (16 * NU), units = (out / (16 * MU)) * n_units_n;
@@ -940,6 +947,18 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
         const bool with_bias = db != nullptr && n0 == 0;
         float acc[MU][2 * NU][4] = {};
         float accb[MU][4] = {};
+        // Accumulators in the block's global slot: loaded before the k-loop, so that the L2 latency
+        // hides behind the MMAs instead of stalling the add after them (in the profile of run 25,
+        // 3% of the 64->64->64 fused kernel's stall samples sat on that add). 16x16 units of the ReLU
+        // kernels only (8 registers; the larger units, and the generic two-tile kernel, would spill).
+        constexpr bool kPrefetch = PREFETCH && MU * NU == 1;
+        float4 prev[MU][2 * NU];
+        if (kPrefetch && !dw.in_smem)
+#pragma unroll
+            for (int mu = 0; mu < MU; ++mu)
+#pragma unroll
+                for (int j = 0; j < 2 * NU; ++j)
+                    prev[mu][j] = *reinterpret_cast<const float4*>(dw.global + dw_fragment_offset(m0, n0, mu, j, in, lane));
         // This lane's ldmatrix addresses for k-step 0, advanced by one 16-row step per iteration.
         uint32_t a_k = a_lane + m0 * 2, b_k = b_lane + n0 * 2;
         const uint32_t a_step = 16 * dz_stride * 2, b_step = 16 * act_stride * 2;
@@ -968,10 +987,16 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
         for (int mu = 0; mu < MU; ++mu) {
 #pragma unroll
             for (int j = 0; j < 2 * NU; ++j) {
-                const int mt = m0 / 16 + mu, nt = n0 / 8 + j;
-                const int64_t o = ((int64_t(mt) * (in / 8) + nt) * 32 + lane) * 4;
-                if (dw.in_smem) add4(dw.smem + o, acc[mu][j]);
-                else add4(dw.global + o, acc[mu][j]);
+                const int64_t o = dw_fragment_offset(m0, n0, mu, j, in, lane);
+                if (dw.in_smem) {
+                    add4(dw.smem + o, acc[mu][j]);
+                } else if (!kPrefetch) {
+                    add4(dw.global + o, acc[mu][j]);
+                } else {
+                    const float4 v = prev[mu][j];
+                    *reinterpret_cast<float4*>(dw.global + o) =
+                        make_float4(v.x + acc[mu][j][0], v.y + acc[mu][j][1], v.z + acc[mu][j][2], v.w + acc[mu][j][3]);
+                }
             }
             if (with_bias && t == 0) {  // every column of the ones-product holds the row sum
                 db[m0 + 16 * mu + gq] += accb[mu][0];
@@ -982,18 +1007,19 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
 }
 
 // Picks the largest unit that still gives every warp work (runtime shape -> compile-time tile).
-template <typename T>
+// PREFETCH: see dw_units.
+template <typename T, bool PREFETCH>
 __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* act, int act_stride, int out, int in, int R,
                                          const DwTarget& dw, float* db, int lane, int warp, int nw) {
     auto units = [&](int mu, int nu) { return (out % (16 * mu) || in % (16 * nu)) ? 0 : (out / (16 * mu)) * (in / (16 * nu)); };
     if (units(2, 2) >= nw)
-        dw_units<T, 2, 2>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
+        dw_units<T, 2, 2, PREFETCH>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
     else if (units(2, 1) >= nw)
-        dw_units<T, 2, 1>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
+        dw_units<T, 2, 1, PREFETCH>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
     else if (units(1, 2) >= nw)
-        dw_units<T, 1, 2>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
+        dw_units<T, 1, 2, PREFETCH>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
     else
-        dw_units<T, 1, 1>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
+        dw_units<T, 1, 1, PREFETCH>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
 }
 
 template <typename T, int W, bool RELU, int MT>
@@ -1084,9 +1110,13 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         cp_async_commit();
 
         // The fused step's target for output chunk 0 when it is not staged: in flight during the forward.
-        // Kernels with two m16 tiles per warp only, where it was measured to help (run 13: 32->64->16
-        // 0.936 vs 1.031 ms); the one-tile kernels (widths 64 and 128 at 8 warps) keep their registers.
-        const bool target_pre = RELU && MT == 2 && args.fused_loss && !args.staged_target;
+        // Kernels with two m16 tiles per warp (measured, run 13: 32->64->16 0.936 vs 1.031 ms) and the
+        // 12-warp kernels, which read it in place; those also load chunk c + 1 while chunk c computes
+        // (kTargetPipe; the profile of run 25 of 2026-11-30 had 11% of the 64->64->64 fused kernel's
+        // stall samples on the first use of an in-place target pair). The one-tile kernels of 8 warps
+        // (widths 64 and 128) keep their registers.
+        constexpr bool kTargetPipe = RELU && kDyInPlace;
+        const bool target_pre = RELU && (MT == 2 || kTargetPipe) && args.fused_loss && !args.staged_target;
         float2 tpre[MT][2][2];
         if (target_pre)
 #pragma unroll
@@ -1147,6 +1177,13 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
             const LayerSlot w = layer_slot(ensure_layer(L), W, s.pout, s.bias, lane);
             T* dz_top = DZ + (L & 1) * dz_elems;
             for (int c = 0; c < s.pout / 16; ++c) {
+                // The next chunk's target pairs, in flight during this chunk (kTargetPipe).
+                float2 tnext[MT][2][2];
+                const bool pipe = kTargetPipe && target_pre && 16 * c + 16 < s.pout;
+                if (pipe)
+#pragma unroll
+                    for (int m = 0; m < MT; ++m)
+                        load_target_pairs<MT>(args, dyt, p.dy_stride, c + 1, m, valid, row0, lane, tnext[m]);
                 float acc[MT][2][4];
                 output_chunk<T>(acc, c, h, w, lane);
                 if (RELU && args.fused_loss) {
@@ -1162,9 +1199,9 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                                 y[j][i] = round_output<T>(args.out_f32, acc[M][j][i]);
                                 d[j][i] = act_deriv<Activation::None>(acc[M][j][i]);
                             }
-                        // The target: prefetched (chunk 0, two-tile kernels), else staged or global.
+                        // The target: prefetched (chunk 0, or every chunk with kTargetPipe), else staged or global.
                         float2 t[2][2];
-                        if (target_pre && c == 0) {
+                        if (target_pre && (c == 0 || kTargetPipe)) {
 #pragma unroll
                             for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -1177,6 +1214,13 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                     };
                     tile(std::integral_constant<int, 0>{});
                     if constexpr (MT > 1) tile(std::integral_constant<int, 1>{});
+                    if (pipe)
+#pragma unroll
+                        for (int m = 0; m < MT; ++m)
+#pragma unroll
+                            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                                for (int hh = 0; hh < 2; ++hh) tpre[m][j][hh] = tnext[m][j][hh];
                 } else {
                     with_output_activation<RELU>(args.out_act, [&](auto A) {
                         auto deriv = [](float z) { return act_deriv<decltype(A)::value>(z); };
@@ -1222,9 +1266,9 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 // One call per kind of layer, so that the hidden layers' pitches and sizes are constants.
                 const DwTarget dwl = dw_target.offset(s.weight_offset(l));
                 float* dbl = s.bias ? dw + s.bias_offset(l) : nullptr;
-                if (l == L) dw_layer<T>(dz_cur, p.dz_stride, act_src, AS, out, W, R, dwl, dbl, lane, warp, nw);
-                else if (l > 0) dw_layer<T>(dz_cur, DS, act_src, AS, W, W, R, dwl, dbl, lane, warp, nw);
-                else dw_layer<T>(dz_cur, DS, X, p.x_stride, W, in, R, dwl, dbl, lane, warp, nw);
+                if (l == L) dw_layer<T, RELU>(dz_cur, p.dz_stride, act_src, AS, out, W, R, dwl, dbl, lane, warp, nw);
+                else if (l > 0) dw_layer<T, RELU>(dz_cur, DS, act_src, AS, W, W, R, dwl, dbl, lane, warp, nw);
+                else dw_layer<T, RELU>(dz_cur, DS, X, p.x_stride, W, in, R, dwl, dbl, lane, warp, nw);
             }
             if (l == 0 && !want_dx) break;
 
