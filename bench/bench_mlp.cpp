@@ -164,16 +164,17 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
         ffm::set_plan_override(ov);
         json variant = {{"forward_warps", ov.forward_warps}, {"backward_warps", ov.backward_warps},
                         {"generic", ov.generic_kernels}, {"backward_m_tiles", ov.backward_m_tiles},
-                        {"dy_global", ov.dy_global}};
+                        {"dy_global", ov.dy_global},            {"fused_target_global", ov.fused_target_global}};
         auto record = [&](const char* pass, const std::vector<double>& ms, const std::string& what) {
             results.push_back({{"label", label},       {"pass", pass},         {"n_in", sh.n_in},
                                {"width", sh.width},    {"n_out", sh.n_out},    {"hidden", sh.hidden},
                                {"batch", batch},       {"ms", median(ms)},     {"ms_rounds", ms},
                                {"variant", variant},   {"what", what}});
-            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s%s%s  %9.4f ms  (%s)\n", label.c_str(), pass,
+            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s%s%s%s  %9.4f ms  (%s)\n", label.c_str(), pass,
                         static_cast<long long>(batch), ov.forward_warps, ov.backward_warps,
                         ov.generic_kernels ? " generic" : "", ov.backward_m_tiles ? (ov.backward_m_tiles == 2 ? " bwd-mt2" : " bwd-mt1") : "",
-                        ov.dy_global ? " dy-global" : "", median(ms), what.c_str());
+                        ov.dy_global ? " dy-global" : "", ov.fused_target_global ? " target-global" : "", median(ms),
+                        what.c_str());
             std::fflush(stdout);
         };
         // After a row that stepped Adam: whether the weights stayed finite, in the row and on screen.
@@ -270,11 +271,14 @@ int main(int argc, char** argv) {
     for (int64_t b : {int64_t(1), int64_t(128), int64_t(1024)})
         bench_shape({64, 64, 64, 2}, b, msg("latency 64->64->64"), o, s, results, automatic);
     // 64->64->64: the plan before 12-warp blocks (8 warps, dL/doutput staged, dW on chip) next to the
-    // planner's 12-warp block, in quick runs too (run 20 of 2026-11-30 chose between them).
+    // planner's 12-warp block, in quick runs too (run 20 of 2026-11-30 chose between them); and the
+    // 12-warp block with the fused step's target read from global memory one chunk ahead instead of
+    // through the raw input rows (KernelArgs::target_in_raw, run 26).
     {
-        ffm::PlanOverride eight;
+        ffm::PlanOverride eight, target_global;
         eight.backward_warps = 8, eight.backward_m_tiles = 1;
-        bench_shape({64, 64, 64, 2}, big, "variant 64->64->64", o, s, results, {eight});
+        target_global.fused_target_global = true;
+        bench_shape({64, 64, 64, 2}, big, "variant 64->64->64", o, s, results, {eight, target_global});
     }
     // Variants (the planner's choice is the "auto" row above): warps per block, and the kernels that
     // switch the activation at run time instead of the ones compiled for ReLU / None.

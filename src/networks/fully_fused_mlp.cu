@@ -242,6 +242,12 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     } else if (loss && !o.fused_target_global && a.bwd.dy_in_smem) {
         a.staged_target = true;  // fp32 output: the target has dL/doutput's size
     }
+    // A 12-warp plan (no dy rows): the target through the raw input rows where a target row fits one.
+    if (loss && !o.fused_target_global && !a.bwd.dy_in_smem &&
+        int64_t(layout.n_output_dims) * 4 <= a.bwd.raw_stride) {
+        a.target_in_raw = true;
+        a.target_vec = copy_vector_bytes(a.target, a.target_stride * 4, int64_t(layout.n_output_dims) * 4);
+    }
     if (a.staged_target) {
         a.dy = a.target;
         a.dy_stride = a.target_stride;

@@ -275,11 +275,17 @@ struct KernelArgs {
     // like dy (dy = target, dy_f32) when that plan has the unfused backward's tiles and grid, else read
     // from global memory in the epilogue under the unfused plan: either way dW sums the same rows in
     // the same order as the unfused backward.
+    // Plans that read dy in place (12-warp blocks) have no dy rows; there the target rows of a tile
+    // are copied into the warp's raw input rows once they are converted (target_in_raw, when a target
+    // row fits a raw row), in flight during the recomputed forward pass; the next tile's input is
+    // then issued after the loss epilogue, during the backward.
     bool fused_loss = false;
     bool staged_target = false;
+    bool target_in_raw = false;
     const float* target = nullptr;
     int64_t target_stride = 0;
     bool target_vec2 = false;      // target rows 8-byte aligned: pairs load as float2
+    int target_vec = 4;            // bytes per copy of a target row into the raw rows (target_in_raw)
     LossKind loss_kind = LossKind::l2;
     float loss_scale = 1.0f, loss_n = 1.0f;  // loss_n: rows * n_out as the loss kernel rounds it
     // 1 / loss_n when loss_n is a power of two (else 0): then x / loss_n == x * loss_inv_n exactly, and

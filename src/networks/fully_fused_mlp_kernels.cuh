@@ -799,16 +799,18 @@ template <typename T> __device__ __forceinline__ float round_output(bool y_f32, 
 // tile (KernelArgs::staged_target) or from global memory; zero past the batch and the outputs. The
 // global-target mode of the two-tile kernels loads chunk 0 this way at the start of the tile, so that
 // the loads are in flight during the recomputed forward pass instead of stalling the epilogue.
+// staged: the rows are in shared memory at dyt (dy_stride bytes per row: the dy rows of staged_target,
+// or the raw rows of target_in_raw).
 template <int MT>
-__device__ __forceinline__ void load_target_pairs(const KernelArgs& args, const char* dyt, int dy_stride, int c, int mm,
-                                                  int valid, int64_t row0, int lane, float2 (&t)[2][2]) {
+__device__ __forceinline__ void load_target_pairs(const KernelArgs& args, bool staged, const char* dyt, int dy_stride,
+                                                  int c, int mm, int valid, int64_t row0, int lane, float2 (&t)[2][2]) {
     const int n_out = args.shape.n_out;
     for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
         if (m != mm) return;
-        const float* tr = args.staged_target ? reinterpret_cast<const float*>(dyt + row * dy_stride) + col
-                                             : args.target + (row0 + row) * args.target_stride + col;
+        const float* tr = staged ? reinterpret_cast<const float*>(dyt + row * dy_stride) + col
+                                 : args.target + (row0 + row) * args.target_stride + col;
         const bool ok0 = row < valid && col < n_out, ok1 = row < valid && col + 1 < n_out;
-        if (ok1 && (args.staged_target || args.target_vec2)) {
+        if (ok1 && (staged || args.target_vec2)) {
             t[j][hh] = *reinterpret_cast<const float2*>(tr);
         } else {
             t[j][hh] = make_float2(ok0 ? tr[0] : 0.0f, ok1 ? tr[1] : 0.0f);
@@ -1028,6 +1030,9 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     constexpr int RW = 16 * MT, NC = W / 16;
     // dL/doutput read in place (BackwardPlan::dy_in_smem false) is compiled into the 12-warp kernels only.
     constexpr bool kDyInPlace = backward_reads_dy_in_place(W, RELU, MT);
+    // KernelArgs::target_in_raw is compiled into the same kernels (the launcher sets it only for plans
+    // without dy rows).
+    constexpr bool kTargetRaw = RELU && kDyInPlace;
     // Row pitches (elements) known at compile time: the stash tiles and the dz tiles of the hidden
     // layers (the planner's act_stride; the dz region is planned for max(W, pout) + 8 and the top
     // layer's dz, pout columns wide, uses p.dz_stride).
@@ -1106,8 +1111,22 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                        args.pad_value, lane);
         __syncwarp();
         const bool has_next = tile + gridDim.x < n_tiles;
-        if (has_next) issue_input(tile + gridDim.x);
+        // target_in_raw (12-warp kernels only): this tile's target rows into the raw rows now, the next
+        // tile's input after the loss epilogue.
+        const bool target_raw = kTargetRaw && args.target_in_raw;
+        if (target_raw) {
+            rows_to_smem<kStraightCopies<W>>(args.target_vec, raw, p.raw_stride,
+                                             reinterpret_cast<const char*>(args.target + (valid > 0 ? row0 * args.target_stride : 0)),
+                                             args.target_stride * 4, reinterpret_cast<const char*>(args.target),
+                                             s.n_out * 4, RW, valid, lane);
+        } else if (has_next) {
+            issue_input(tile + gridDim.x);
+        }
         cp_async_commit();
+        // Where the epilogue reads the target: staged dy rows, the raw rows, or global memory.
+        const bool target_staged = args.staged_target || target_raw;
+        const char* const target_rows = target_raw ? raw : dyt;
+        const int target_pitch = target_raw ? p.raw_stride : p.dy_stride;
 
         // The fused step's target for output chunk 0 when it is not staged: in flight during the forward.
         // Kernels with two m16 tiles per warp (measured, run 13: 32->64->16 0.936 vs 1.031 ms) and the
@@ -1116,11 +1135,11 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         // stall samples on the first use of an in-place target pair). The one-tile kernels of 8 warps
         // (widths 64 and 128) keep their registers.
         constexpr bool kTargetPipe = RELU && kDyInPlace;
-        const bool target_pre = RELU && (MT == 2 || kTargetPipe) && args.fused_loss && !args.staged_target;
+        const bool target_pre = RELU && (MT == 2 || kTargetPipe) && args.fused_loss && !target_staged;
         float2 tpre[MT][2][2];
         if (target_pre)
 #pragma unroll
-            for (int m = 0; m < MT; ++m) load_target_pairs<MT>(args, dyt, p.dy_stride, 0, m, valid, row0, lane, tpre[m]);
+            for (int m = 0; m < MT; ++m) load_target_pairs<MT>(args, false, dyt, p.dy_stride, 0, m, valid, row0, lane, tpre[m]);
 
         // ---- Recomputed forward pass; a (and f'(z)) of hidden layers go to the stash.
         uint32_t h[MT][NC][4];
@@ -1176,6 +1195,10 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
             // Output layer: dz = round_T(dL/dy * f_out'(z)), zero for padded columns and rows past the batch.
             const LayerSlot w = layer_slot(ensure_layer(L), W, s.pout, s.bias, lane);
             T* dz_top = DZ + (L & 1) * dz_elems;
+            if (target_raw) {  // this warp's target rows have landed in its raw rows
+                cp_async_wait_all();
+                __syncwarp();
+            }
             for (int c = 0; c < s.pout / 16; ++c) {
                 // The next chunk's target pairs, in flight during this chunk (kTargetPipe).
                 float2 tnext[MT][2][2];
@@ -1183,7 +1206,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 if (pipe)
 #pragma unroll
                     for (int m = 0; m < MT; ++m)
-                        load_target_pairs<MT>(args, dyt, p.dy_stride, c + 1, m, valid, row0, lane, tnext[m]);
+                        load_target_pairs<MT>(args, false, dyt, p.dy_stride, c + 1, m, valid, row0, lane, tnext[m]);
                 float acc[MT][2][4];
                 output_chunk<T>(acc, c, h, w, lane);
                 if (RELU && args.fused_loss) {
@@ -1207,7 +1230,8 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
 #pragma unroll
                                 for (int hh = 0; hh < 2; ++hh) t[j][hh] = tpre[M][j][hh];
                         } else {
-                            load_target_pairs<MT>(args, dyt, p.dy_stride, c, M, valid, row0, lane, t);
+                            load_target_pairs<MT>(args, target_staged, target_rows, target_pitch, c, M, valid, row0,
+                                                  lane, t);
                         }
                         output_loss_dz_tile<T, MT, M>(args, y, d, t, dz_top + wrow * p.dz_stride, p.dz_stride, c,
                                                       valid, row0, lane);
@@ -1236,8 +1260,9 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 }
             }
         }
-        __syncwarp();  // the dy tile is consumed: prefetch the next one
+        __syncwarp();  // the dy tile (or the target in the raw rows) is consumed: prefetch the next one
         if (has_next && p.dy_in_smem && (!args.fused_loss || args.staged_target)) issue_dy(tile + gridDim.x);
+        if (has_next && target_raw) issue_input(tile + gridDim.x);
         cp_async_commit();
 
         // ---- Backward through the layers.
