@@ -964,32 +964,6 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
         // This lane's ldmatrix addresses for k-step 0, advanced by one 16-row step per iteration.
         uint32_t a_k = a_lane + m0 * 2, b_k = b_lane + n0 * 2;
         const uint32_t a_step = 16 * dz_stride * 2, b_step = 16 * act_stride * 2;
-        if constexpr (kPrefetch) {
-            // 16x16 units: the fragments of k-step k + 1 are loaded before the MMAs of k-step k, so
-            // that the shared-memory latency overlaps the MMAs (in the profile of run 26 the dW MMAs
-            // waited on their ldmatrix: 9% of the 64->64->64 fused kernel's stall samples).
-            uint32_t a[4], b[4];
-            ldmatrix_x4<true>(a, a_k);
-            ldmatrix_x4<true>(b, b_k);
-#pragma unroll 2
-            for (int k0 = 0; k0 < R; k0 += 16) {
-                uint32_t an[4], bn[4];
-                if (k0 + 16 < R) {
-                    a_k += a_step;
-                    b_k += b_step;
-                    ldmatrix_x4<true>(an, a_k);
-                    ldmatrix_x4<true>(bn, b_k);
-                }
-                mma_16816<T>(acc[0][0], a, b[0], b[1]);
-                mma_16816<T>(acc[0][1], a, b[2], b[3]);
-                if (with_bias) mma_16816<T>(accb[0], a, ones, ones);
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    a[i] = an[i];
-                    b[i] = bn[i];
-                }
-            }
-        } else {
 #pragma unroll 2
         for (int k0 = 0; k0 < R; k0 += 16, a_k += a_step, b_k += b_step) {
             uint32_t a[MU][4];
@@ -1008,7 +982,6 @@ __device__ __forceinline__ void dw_units(const T* dz, int dz_stride, const T* ac
             if (with_bias)
 #pragma unroll
                 for (int mu = 0; mu < MU; ++mu) mma_16816<T>(accb[mu], a[mu], ones, ones);
-        }
         }
         // Each element of dW belongs to exactly one lane of one warp: plain read-modify-write of the
         // lane's 4 floats of C tile (mt, nt) in fragment order (Shape::fragment_index).
@@ -1329,11 +1302,6 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
             const int ws = mma::padded_row(in) * 2;
             const uint32_t b_base = smem_addr(slot) + x4_offset(lane, X4Pattern::kRowsFirst, ws);
             const int b_kstep = 16 * ws;
-            // This warp's rows of dz_l in shared memory: the top layer's tile (pitch p.dz_stride, pout
-            // columns) or a hidden layer's (pitch DS, W columns).
-            const int dz_pitch = l == L ? p.dz_stride : DS, dz_k = l == L ? s.pout / 16 : NC;
-            const uint32_t dz_addr =
-                smem_addr(dz_cur + wrow * dz_pitch) + x4_offset(lane, X4Pattern::kRowsFirst, dz_pitch * 2);
             // Chunk c of dL/da_{l-1} from the dz rows held as A fragments in registers (l < L).
             auto chain_chunk = [&](int c, float (&acc)[MT][2][4]) {
 #pragma unroll
@@ -1368,12 +1336,12 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                         }
                     }
                 };
-                if (RELU) {
-                    // dz_l from this warp's rows of its tile in shared memory (K = pout at the top, W
-                    // below), all chunks at once, k outermost: the ReLU kernels keep no dz fragments in
-                    // registers across the dW pass (room for its pipelined loads, dw_units).
+                const uint32_t dz_addr =
+                    smem_addr(dz_cur + wrow * p.dz_stride) + x4_offset(lane, X4Pattern::kRowsFirst, p.dz_stride * 2);
+                if (RELU && l == L) {
+                    // The top dz is in shared memory (K = pout): all chunks at once, k outermost.
                     float acc[NC][MT][2][4] = {};
-                    mma_chunks_smem_a<T, MT, NC, true>(acc, dz_addr, 16 * dz_pitch * 2, dz_k, b_base, 32, b_kstep);
+                    mma_chunks_smem_a<T, MT, NC, true>(acc, dz_addr, 16 * p.dz_stride * 2, s.pout / 16, b_base, 32, b_kstep);
 #pragma unroll
                     for (int c = 0; c < NC; ++c) to_dz(c, acc[c]);
                 } else if (l == L) {
@@ -1402,17 +1370,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 // dL/dx = dz_0 W_0, first n_in columns, in the input dtype.
                 for (int c = 0; c < s.pin / 16; ++c) {
                     float acc[MT][2][4];
-                    if constexpr (RELU) {  // dz_0 from shared memory, as above
-#pragma unroll
-                        for (int m = 0; m < MT; ++m)
-#pragma unroll
-                            for (int j = 0; j < 2; ++j)
-#pragma unroll
-                                for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.0f;
-                        mma_chunk_smem<T, MT, true>(acc, dz_addr, 16 * dz_pitch * 2, dz_k, b_base + c * 32, b_kstep);
-                    } else {
-                        chain_chunk(c, acc);
-                    }
+                    chain_chunk(c, acc);
 #pragma unroll
                     for (int m = 0; m < MT; ++m)
 #pragma unroll
