@@ -1074,6 +1074,8 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         rows_to_smem<kStraightCopies<W>>(args.in_vec, raw, p.raw_stride, in_base + (valid > 0 ? row0 * in_pitch : 0), in_pitch, in_base,
                      s.n_in * in_bytes, RW, valid, lane);
     };
+    // dy rows go through shared memory: dL/doutput (unfused) or the staged target (fused step).
+    const bool stage_dy = p.dy_in_smem && (!args.fused_loss || args.staged_target);
     auto issue_dy = [&](int64_t tile) {
         const int64_t row0 = tile * R + warp * RW;
         const int valid = rows_valid(tile);
@@ -1097,7 +1099,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         for (int l = 0; l <= L; ++l) load_slot<T>(args, l, wsm + s.slot_offset(l));
     if (blockIdx.x < n_tiles) {
         issue_input(blockIdx.x);
-        if (p.dy_in_smem && (!args.fused_loss || args.staged_target)) issue_dy(blockIdx.x);
+        if (stage_dy) issue_dy(blockIdx.x);
     }
     cp_async_commit();
     cp_async_wait_all();
@@ -1261,7 +1263,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
             }
         }
         __syncwarp();  // the dy tile (or the target in the raw rows) is consumed: prefetch the next one
-        if (has_next && p.dy_in_smem && (!args.fused_loss || args.staged_target)) issue_dy(tile + gridDim.x);
+        if (has_next && stage_dy) issue_dy(tile + gridDim.x);
         if (has_next && target_raw) issue_input(tile + gridDim.x);
         cp_async_commit();
 
