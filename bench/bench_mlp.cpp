@@ -273,7 +273,7 @@ int main(int argc, char** argv) {
     // 64->64->64: the plan before 12-warp blocks (8 warps, dL/doutput staged, dW on chip) next to the
     // planner's 12-warp block, in quick runs too (run 20 of 2026-11-30 chose between them); and the
     // 12-warp block with the fused step's target read from global memory one chunk ahead instead of
-    // through the raw input rows (KernelArgs::target_in_raw, run 26).
+    // through the raw input rows (KernelArgs::target_in_raw, run 27).
     {
         ffm::PlanOverride eight, target_global;
         eight.backward_warps = 8, eight.backward_m_tiles = 1;
