@@ -13,9 +13,11 @@ struct NwieContext : Context {
     std::unique_ptr<Context> encoding_ctx, network_ctx;
 };
 
-const NwieContext& nwie_context(const Context& ctx, const std::string& who) {
+// The module's description is built only for the error (and is not a temporary whose lifetime the
+// returned reference could be mistaken to depend on).
+const NwieContext& nwie_context(const Context& ctx, const Module& module) {
     const auto* c = dynamic_cast<const NwieContext*>(&ctx);
-    if (!c) throw Error(who + ": backward got a context from another module");
+    if (!c) throw Error(module.describe() + ": backward got a context from another module");
     return *c;
 }
 
@@ -80,7 +82,7 @@ std::unique_ptr<Context> NetworkWithInputEncoding::forward_impl(const Stream& st
 void NetworkWithInputEncoding::backward_impl(const Stream& stream, const Context& context, ConstView input,
                                              ConstView output, ConstView dL_doutput, View* dL_dinput, void* dL_dparams,
                                              const void* params, GradMode mode) const {
-    const NwieContext& ctx = nwie_context(context, describe());
+    const NwieContext& ctx = nwie_context(context, *this);
     const size_t off = encoding_params_offset();
     const char* p = static_cast<const char*>(params);
     char* g = static_cast<char*>(dL_dparams);
@@ -107,7 +109,7 @@ void NetworkWithInputEncoding::backward_backward_input_impl(const Stream& stream
                                                             ConstView dL_doutput, View* dL_ddLdoutput,
                                                             View* dL_dinput, void* dL_dparams, const void* params,
                                                             GradMode mode) const {
-    const NwieContext& ctx = nwie_context(context, describe());
+    const NwieContext& ctx = nwie_context(context, *this);
     const size_t off = encoding_params_offset();
     const DType t = m_encoding->output_dtype();
     const char* p = static_cast<const char*>(params);
