@@ -222,7 +222,8 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     };
     a.bwd = plan(a.dy_f32 ? 4 : 2);
     int grid = grid_of(a.bwd);
-    // Without dy rows in shared memory (dy_global plans) the target stays in global memory too.
+    // Staged like dy only where the plan has dy rows in shared memory; plans without them (dy_global)
+    // take it through the raw input rows where a row fits (target_in_raw, below), else from global memory.
     if (loss && !a.dy_f32 && !o.fused_target_global && a.bwd.dy_in_smem) {
         // Staging the fp32 target needs more shared memory per row than dL/doutput would: take that
         // plan only when it keeps the unfused plan's rows per block and blocks (so dW sums the same
@@ -242,7 +243,8 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     } else if (loss && !o.fused_target_global && a.bwd.dy_in_smem) {
         a.staged_target = true;  // fp32 output: the target has dL/doutput's size
     }
-    // A 12-warp plan (no dy rows): the target through the raw input rows where a target row fits one.
+    // A plan without dy rows (dy_global: the 12-warp plans, or <= 8 warps on request): the target
+    // through the raw input rows where a target row fits one.
     if (loss && !o.fused_target_global && !a.bwd.dy_in_smem &&
         int64_t(layout.n_output_dims) * 4 <= a.bwd.raw_stride) {
         a.target_in_raw = true;

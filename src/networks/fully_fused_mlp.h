@@ -275,10 +275,10 @@ struct KernelArgs {
     // like dy (dy = target, dy_f32) when that plan has the unfused backward's tiles and grid, else read
     // from global memory in the epilogue under the unfused plan: either way dW sums the same rows in
     // the same order as the unfused backward.
-    // Plans that read dy in place (12-warp blocks) have no dy rows; there the target rows of a tile
-    // are copied into the warp's raw input rows once they are converted (target_in_raw, when a target
-    // row fits a raw row), in flight during the recomputed forward pass; the next tile's input is
-    // then issued after the loss epilogue, during the backward.
+    // Plans that read dy in place (dy_global: 12-warp blocks, or fewer warps on request) have no dy
+    // rows; there the target rows of a tile are copied into the warp's raw input rows once they are
+    // converted (target_in_raw, when a target row fits a raw row), in flight during the recomputed
+    // forward pass; the next tile's input is then issued after the loss epilogue, during the backward.
     bool fused_loss = false;
     bool staged_target = false;
     bool target_in_raw = false;

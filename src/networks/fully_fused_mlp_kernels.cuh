@@ -1132,10 +1132,11 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
 
         // The fused step's target for output chunk 0 when it is not staged: in flight during the forward.
         // Kernels with two m16 tiles per warp (measured, run 13: 32->64->16 0.936 vs 1.031 ms) and the
-        // 12-warp kernels, which read it in place; those also load chunk c + 1 while chunk c computes
-        // (kTargetPipe; the profile of run 25 of 2026-11-30 had 11% of the 64->64->64 fused kernel's
-        // stall samples on the first use of an in-place target pair). The one-tile kernels of 8 warps
-        // (widths 64 and 128) keep their registers.
+        // kernels that may run 12 warps (kDyInPlace: ReLU, one tile, width <= 64, whatever warps a plan
+        // gives them), which also load chunk c + 1 while chunk c computes (kTargetPipe; the profile of
+        // run 25 of 2026-11-30 had 11% of the 64->64->64 fused kernel's stall samples on the first use
+        // of an in-place target pair). Only where the target is neither staged nor in the raw rows.
+        // The one-tile kernel at width 128 keeps its registers.
         constexpr bool kTargetPipe = RELU && kDyInPlace;
         const bool target_pre = RELU && (MT == 2 || kTargetPipe) && args.fused_loss && !target_staged;
         float2 tpre[MT][2][2];

@@ -472,7 +472,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     TNN_SKIP_WITHOUT_GPU();
     // The target is staged like dL/doutput where that keeps the unfused plan's tiles, else read from
     // global memory (the default of w64_32to16 with two m16 tiles); overrides 3 and 4 force the latter.
-    std::vector<ffm::PlanOverride> overrides(9);
+    std::vector<ffm::PlanOverride> overrides(10);
     overrides[1].backward_m_tiles = 1;
     overrides[2].backward_m_tiles = 2;
     overrides[3].stream_weights = overrides[3].stash_in_global = overrides[3].dw_in_global = true;
@@ -491,6 +491,11 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // forced to global memory, it is loaded one output chunk ahead in registers (override 8).
     overrides[8] = overrides[7];
     overrides[8].fused_target_global = true;
+    // The raw-row target on a plan of few warps with the weights streamed per layer (whose cp.async
+    // waits also drain the target copy), the stash and dW in global memory.
+    overrides[9] = overrides[3];
+    overrides[9].fused_target_global = false;
+    overrides[9].dy_global = true;
     const Device dev = Device::gpu(0);
     // Plus batches whose N = rows * outputs is a power of two: there the epilogue multiplies by 1 / N
     // (KernelArgs::loss_inv_n) where the loss kernel divides by N; elsewhere it divides too.
@@ -502,6 +507,8 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // fused step must then read the target from global memory, not from rows it never staged.
     cases.push_back({"w64_64to16_h3_16bit_in_batch5000", 64, 16, 64, 3, "ReLU", "None", false, 5000, true, false, false,
                      true});
+    // Two outputs: 8-byte target rows, copied into the raw rows 8 bytes at a time (overrides 7, 9).
+    cases.push_back({"w64_32to2_batch3001", 32, 2, 64, 2, "ReLU", "None", false, 3001, false, false, false, true});
     int ran = 0;
     for (const FusedCase& c : cases) {
         if (c.act != "ReLU" || c.out_act != "None" || c.strided) continue;
@@ -548,6 +555,18 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
                                      what + " dL/dinput");
                     expect_same_bits(to_floats(dp_b.to(Device::cpu(), stream)), to_floats(dp_a.to(Device::cpu(), stream)),
                                      what + " dL/dparams");
+                    if (oi == 7 || oi == 9) {  // the Trainer's call for a network alone: no dL/dinput
+                        Tensor values_c = tensor(c.n_out, DType::f32);
+                        Tensor dp_c(1, int64_t(net->n_params()), dtype, dev);
+                        fill(stream, dp_c.view(), 7.0);
+                        ffm::fused_loss_backward(*net, stream, x.view(), target.view(), kind, kLossScale,
+                                                 values_c.view(), nullptr, dp_c.data(), p.data());
+                        stream.stream().synchronize();
+                        expect_same_bits(to_floats(values_c.to(Device::cpu(), stream)),
+                                         to_floats(values_a.to(Device::cpu(), stream)), what + " loss values, no dL/dinput");
+                        expect_same_bits(to_floats(dp_c.to(Device::cpu(), stream)),
+                                         to_floats(dp_a.to(Device::cpu(), stream)), what + " dL/dparams, no dL/dinput");
+                    }
                     ++ran;
                 }
             }
