@@ -1028,11 +1028,11 @@ template <typename T, int W, bool RELU, int MT>
 __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
     constexpr int RW = 16 * MT, NC = W / 16;
-    // dL/doutput read in place (BackwardPlan::dy_in_smem false) is compiled into the 12-warp kernels only.
+    // The 12-warp kernels (ReLU / linear output, one tile, width <= 64) alone are compiled with what
+    // plans without dy rows need: dL/doutput read in place (BackwardPlan::dy_in_smem false), the fused
+    // step's target through the raw rows (KernelArgs::target_in_raw, which the launcher sets only for
+    // such plans) or else loaded one output chunk ahead.
     constexpr bool kDyInPlace = backward_reads_dy_in_place(W, RELU, MT);
-    // KernelArgs::target_in_raw is compiled into the same kernels (the launcher sets it only for plans
-    // without dy rows).
-    constexpr bool kTargetRaw = RELU && kDyInPlace;
     // Row pitches (elements) known at compile time: the stash tiles and the dz tiles of the hidden
     // layers (the planner's act_stride; the dz region is planned for max(W, pout) + 8 and the top
     // layer's dz, pout columns wide, uses p.dz_stride).
@@ -1113,9 +1113,9 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                        args.pad_value, lane);
         __syncwarp();
         const bool has_next = tile + gridDim.x < n_tiles;
-        // target_in_raw (12-warp kernels only): this tile's target rows into the raw rows now, the next
+        // target_in_raw (kDyInPlace kernels only): this tile's target rows into the raw rows now, the next
         // tile's input after the loss epilogue.
-        const bool target_raw = kTargetRaw && args.target_in_raw;
+        const bool target_raw = kDyInPlace && args.target_in_raw;
         if (target_raw) {
             rows_to_smem<kStraightCopies<W>>(args.target_vec, raw, p.raw_stride,
                                              reinterpret_cast<const char*>(args.target + (valid > 0 ? row0 * args.target_stride : 0)),
@@ -1132,13 +1132,12 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
 
         // The fused step's target for output chunk 0 when it is not staged: in flight during the forward.
         // Kernels with two m16 tiles per warp (measured, run 13: 32->64->16 0.936 vs 1.031 ms) and the
-        // kernels that may run 12 warps (kDyInPlace: ReLU, one tile, width <= 64, whatever warps a plan
-        // gives them), which also load chunk c + 1 while chunk c computes (kTargetPipe; the profile of
-        // run 25 of 2026-11-30 had 11% of the 64->64->64 fused kernel's stall samples on the first use
-        // of an in-place target pair). Only where the target is neither staged nor in the raw rows.
-        // The one-tile kernel at width 128 keeps its registers.
-        constexpr bool kTargetPipe = RELU && kDyInPlace;
-        const bool target_pre = RELU && (MT == 2 || kTargetPipe) && args.fused_loss && !target_staged;
+        // kernels that may run 12 warps (kDyInPlace, whatever warps a plan gives them), which also load
+        // chunk c + 1 while chunk c computes (the profile of run 25 of 2026-11-30 had 11% of the
+        // 64->64->64 fused kernel's stall samples on the first use of an in-place target pair). Only
+        // where the target is neither staged nor in the raw rows. The one-tile kernel at width 128
+        // keeps its registers.
+        const bool target_pre = RELU && (MT == 2 || kDyInPlace) && args.fused_loss && !target_staged;
         float2 tpre[MT][2][2];
         if (target_pre)
 #pragma unroll
@@ -1203,9 +1202,9 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 __syncwarp();
             }
             for (int c = 0; c < s.pout / 16; ++c) {
-                // The next chunk's target pairs, in flight during this chunk (kTargetPipe).
+                // The next chunk's target pairs, in flight during this chunk (kDyInPlace kernels).
                 float2 tnext[MT][2][2];
-                const bool pipe = kTargetPipe && target_pre && 16 * c + 16 < s.pout;
+                const bool pipe = kDyInPlace && target_pre && 16 * c + 16 < s.pout;
                 if (pipe)
 #pragma unroll
                     for (int m = 0; m < MT; ++m)
@@ -1225,9 +1224,10 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                                 y[j][i] = round_output<T>(args.out_f32, acc[M][j][i]);
                                 d[j][i] = act_deriv<Activation::None>(acc[M][j][i]);
                             }
-                        // The target: prefetched (chunk 0, or every chunk with kTargetPipe), else staged or global.
+                        // The target: prefetched (chunk 0, or every chunk in the kDyInPlace kernels), else
+                        // staged or global.
                         float2 t[2][2];
-                        if (target_pre && (c == 0 || kTargetPipe)) {
+                        if (target_pre && (c == 0 || kDyInPlace)) {
 #pragma unroll
                             for (int j = 0; j < 2; ++j)
 #pragma unroll
