@@ -1,6 +1,6 @@
 # The two commands a new user needs (see README): `make demo` and `make test`. Both install their
 # Debian packages through scripts/install_deps.sh (fast when present) and build with CMake + Ninja.
-# `make gpu-check` is the script run on a GPU machine (builds with CUDA for sm_90, runs gpu tests).
+# `make gpu-check` is the script run on a GPU machine (builds with CUDA for sm_90a, runs gpu tests).
 # `make test` also compiles every GPU source as HIP for gfx1201 in build-hip and audits the ISA
 # (scripts/hip_check.sh); `make hip-gpu-check` is the AMD machine's script (docs/amd.md).
 BUILD ?= build

@@ -164,17 +164,18 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
         ffm::set_plan_override(ov);
         json variant = {{"forward_warps", ov.forward_warps}, {"backward_warps", ov.backward_warps},
                         {"generic", ov.generic_kernels}, {"backward_m_tiles", ov.backward_m_tiles},
-                        {"dy_global", ov.dy_global},            {"fused_target_global", ov.fused_target_global}};
+                        {"dy_global", ov.dy_global},            {"fused_target_global", ov.fused_target_global},
+                        {"no_wgmma", ov.no_wgmma}};
         auto record = [&](const char* pass, const std::vector<double>& ms, const std::string& what) {
             results.push_back({{"label", label},       {"pass", pass},         {"n_in", sh.n_in},
                                {"width", sh.width},    {"n_out", sh.n_out},    {"hidden", sh.hidden},
                                {"batch", batch},       {"ms", median(ms)},     {"ms_rounds", ms},
                                {"variant", variant},   {"what", what}});
-            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s%s%s%s  %9.4f ms  (%s)\n", label.c_str(), pass,
+            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s%s%s%s%s  %9.4f ms  (%s)\n", label.c_str(), pass,
                         static_cast<long long>(batch), ov.forward_warps, ov.backward_warps,
                         ov.generic_kernels ? " generic" : "", ov.backward_m_tiles ? (ov.backward_m_tiles == 2 ? " bwd-mt2" : " bwd-mt1") : "",
-                        ov.dy_global ? " dy-global" : "", ov.fused_target_global ? " target-global" : "", median(ms),
-                        what.c_str());
+                        ov.dy_global ? " dy-global" : "", ov.fused_target_global ? " target-global" : "",
+                        ov.no_wgmma ? " mma-sync" : "", median(ms), what.c_str());
             std::fflush(stdout);
         };
         // After a row that stepped Adam: whether the weights stayed finite, in the row and on screen.
@@ -273,12 +274,14 @@ int main(int argc, char** argv) {
     // 64->64->64: the plan before 12-warp blocks (8 warps, dL/doutput staged, dW on chip) next to the
     // planner's 12-warp block, in quick runs too (run 20 of 2026-11-30 chose between them); and the
     // 12-warp block with the fused step's target read from global memory one chunk ahead instead of
-    // through the raw input rows (KernelArgs::target_in_raw, run 27).
+    // through the raw input rows (KernelArgs::target_in_raw, run 27); and the 12-warp block on the
+    // mma.sync backward kernel instead of the wgmma one (BackwardPlan::wgmma, where the device has it).
     {
-        ffm::PlanOverride eight, target_global;
+        ffm::PlanOverride eight, target_global, mma_sync;
         eight.backward_warps = 8, eight.backward_m_tiles = 1;
         target_global.fused_target_global = true;
-        bench_shape({64, 64, 64, 2}, big, "variant 64->64->64", o, s, results, {eight, target_global});
+        mma_sync.no_wgmma = true;
+        bench_shape({64, 64, 64, 2}, big, "variant 64->64->64", o, s, results, {eight, target_global, mma_sync});
     }
     // Variants (the planner's choice is the "auto" row above): warps per block, and the kernels that
     // switch the activation at run time instead of the ones compiled for ReLU / None.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# BlasLtMLP on an NVIDIA GPU in one go (issue #7): build (Release, sm_90), run the BlasLtMLP GPU tests,
+# BlasLtMLP on an NVIDIA GPU in one go (issue #7): build (Release, sm_90a), run the BlasLtMLP GPU tests,
 # then the report: fp16 / bf16 against fp32, BlasLtMLP against PortableMLP, FullyFusedMLP against
 # BlasLtMLP; one fresh process per case (bench/bench_blaslt.cpp), aggregated by
 # bench/bench_blaslt_report.py into JSON, markdown and PNG. Everything it keeps goes to $OUT/blaslt;
@@ -8,7 +8,7 @@
 #
 # Environment: OUT (default out), BUILD (default build-blaslt; a configured BUILD, such as
 # device_run.sh's build-gpu, is reused as it is), FROM_HEAD (default 1: build a clean export of HEAD
-# unless BUILD is already configured), JOBS (default: all cores), CUDA_ARCH (default 90), SKIP_TESTS=1,
+# unless BUILD is already configured), JOBS (default: all cores), CUDA_ARCH (default 90a), SKIP_TESTS=1,
 # SKIP_BENCH=1, ROUNDS (default 5), BENCH_BUDGET_S (default 200: cases that would start later are
 # skipped with a note, so that the report part stays under 5 minutes).
 set -uo pipefail
@@ -40,7 +40,7 @@ mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
 OUT="$OUT/blaslt"
 mkdir -p "$OUT"
 JOBS=${JOBS:-$(nproc)}
-CUDA_ARCH=${CUDA_ARCH:-90}
+CUDA_ARCH=${CUDA_ARCH:-90a}
 BENCH_BUDGET_S=${BENCH_BUDGET_S:-200}
 ROUNDS=${ROUNDS:-5}
 start=$(date +%s)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Grid encodings on an NVIDIA GPU in one go (issues #4 and #9): build (Release, sm_90), the CPU grid and
+# Grid encodings on an NVIDIA GPU in one go (issues #4 and #9): build (Release, sm_90a), the CPU grid and
 # encoding tests and the GPU encoding tests, then bench/bench_grid.cu (ours, with the measured floors),
 # bench/bench_grid_torch.py (PyTorch eager / torch.compile) and bench/bench_grid_report.py (floors,
 # tcnn figures, targets). Everything goes to $OUT (bench_grid_report.md / .json, raw JSON, logs); the
@@ -7,7 +7,7 @@
 # extra step of scripts/device_run.sh, which gives it 420 s).
 #
 # Environment: OUT (default out/grid_bench), BUILD (default build-grid; reused incrementally), JOBS
-# (default: all cores), CUDA_ARCH (default 90), BUDGET_S (default 400: total wall time planned),
+# (default: all cores), CUDA_ARCH (default 90a), BUDGET_S (default 400: total wall time planned),
 # SKIP_TESTS=1, TORCH_FROM (with SKIP_TORCH=1: a bench_grid_torch.json of an earlier run), CPU_TEST_FILTER / GPU_TEST_FILTER (gtest filters of the test step), SKIP_TORCH=1, QUICK=1
 # (main rows only: no variants, no smaller rows).
 set -uo pipefail
@@ -18,7 +18,7 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 BUILD=${BUILD:-build-grid}
 mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
 JOBS=${JOBS:-$(nproc)}
-CUDA_ARCH=${CUDA_ARCH:-90}
+CUDA_ARCH=${CUDA_ARCH:-90a}
 BUDGET_S=${BUDGET_S:-400}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }

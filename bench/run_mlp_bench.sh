@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FullyFusedMLP on an NVIDIA GPU in one go (issue #6): build (Release, sm_90), the CPU layout tests and
+# FullyFusedMLP on an NVIDIA GPU in one go (issue #6): build (Release, sm_90a), the CPU layout tests and
 # the FullyFusedMLP GPU tests, then bench/bench_mlp.cpp (ours), bench/bench_mlp_torch.py (PyTorch
 # eager / torch.compile) and bench/bench_mlp_report.py (floors, tcnn figures, targets). Everything
 # goes to $OUT (bench_mlp_report.md / .json, raw JSON, logs); the last lines printed are the table
@@ -8,7 +8,7 @@
 #
 # Environment: OUT (default out/mlp_bench), BUILD (default build-mlp; reused incrementally), FROM_HEAD
 # (default 1: build a clean export of HEAD unless BUILD is already configured),
-# JOBS (default: all cores), CUDA_ARCH (default 90), GPU_TEST_FILTER (default '*FullyFused*'), BUDGET_S (default 390: total wall time the
+# JOBS (default: all cores), CUDA_ARCH (default 90a), GPU_TEST_FILTER (default '*FullyFused*'), BUDGET_S (default 390: total wall time the
 # script plans for), SKIP_TESTS=1, SKIP_TORCH=1, QUICK=1 (no variant sweep), TORCH_FROM=FILE (reuse a
 # bench_mlp_torch.json measured earlier on the same device instead of running PyTorch, e.g.
 # bench/results/2026-11-29-h200/bench_mlp_torch.json, when the device time is short).
@@ -49,7 +49,7 @@ SRC=$PWD
 BUILD=${BUILD:-build-mlp}
 mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
 JOBS=${JOBS:-$(nproc)}
-CUDA_ARCH=${CUDA_ARCH:-90}
+CUDA_ARCH=${CUDA_ARCH:-90a}
 BUDGET_S=${BUDGET_S:-390}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }

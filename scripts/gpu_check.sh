@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check (`make gpu-check`): on a machine with an NVIDIA GPU, configure and build the CUDA build
-# (Release, sm_90), run the gpu-labelled and the CPU tests, `tnn info` and a short GPU fit-image, and
+# (Release, sm_90a), run the gpu-labelled and the CPU tests, `tnn info` and a short GPU fit-image, and
 # print a summary table as the last lines. Files it keeps go to $OUT (at most 8, logs kept short).
 #
 # Environment: OUT (default out/gpu-check), BUILD (default build-gpu), JOBS (default: all cores),
-# CUDA_ARCH (default 90), GPU_TEST_JOBS (parallel GPU test processes, default 8).
+# CUDA_ARCH (default 90a), GPU_TEST_JOBS (parallel GPU test processes, default 8).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -12,7 +12,7 @@ OUT=${OUT:-$PWD/out/gpu-check}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 BUILD=${BUILD:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
-CUDA_ARCH=${CUDA_ARCH:-90}
+CUDA_ARCH=${CUDA_ARCH:-90a}
 GPU_TEST_JOBS=${GPU_TEST_JOBS:-8}
 start=$(date +%s)
 

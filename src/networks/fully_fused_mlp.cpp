@@ -40,6 +40,7 @@ std::mutex g_override_mutex;
 PlanOverride g_override;
 
 int64_t align16(int64_t v) { return (v + 15) / 16 * 16; }
+int64_t align1024(int64_t v) { return (v + 1023) / 1024 * 1024; }
 // An odd number of 16-byte units: the 8 rows a warp reads in C-fragment order (row g, 4 bytes at
 // column 2t) then fall in 8 distinct 4-bank groups, as with the +8-element padding of 16-bit tiles.
 int64_t align16_odd(int64_t v) { return align16(v) / 16 % 2 ? align16(v) : align16(v) + 16; }
@@ -101,7 +102,7 @@ ForwardPlan layout_forward(const Shape& s, int in_bytes, int out_bytes, int nw, 
 }
 
 BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activation act, bool want_dw, int nw, int m_tiles,
-                             bool resident, bool stash_smem, bool dw_smem, bool dy_smem) {
+                             bool resident, bool stash_smem, bool dw_smem, bool dy_smem, bool wgmma) {
     BackwardPlan p;
     p.n_warps = nw;
     p.rows_per_warp = 16 * m_tiles;
@@ -109,36 +110,41 @@ BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activat
     p.stash_in_smem = stash_smem;
     p.dw_in_smem = dw_smem;
     p.dy_in_smem = dy_smem;
+    p.wgmma = wgmma;
     const int64_t R = int64_t(nw) * p.rows_per_warp;
     p.raw_stride = static_cast<int>(align16(int64_t(s.n_in) * in_bytes));
     p.dy_stride = static_cast<int>(align16_odd(int64_t(s.n_out) * dy_bytes));
-    p.x_stride = s.pin + 8;
     // The backward kernel indexes the stash tiles and the hidden layers' dz tiles with the
     // compile-time pitch W + 8 (= act_stride); only the top layer's dz (pout columns) uses dz_stride.
-    p.act_stride = s.width + 8;
-    p.dz_stride = std::max(s.width, s.pout) + 8;
+    // The wgmma kernel's tiles have 64 columns without padding (the swizzle spreads the banks) and
+    // start on 1024-byte boundaries (the swizzle's period); its dynamic shared memory gets 1024 bytes
+    // more, so that the kernel can round its base up to such a boundary.
+    p.x_stride = wgmma ? 64 : s.pin + 8;
+    p.act_stride = wgmma ? 64 : s.width + 8;
+    p.dz_stride = wgmma ? 64 : std::max(s.width, s.pout) + 8;
     p.n_stashes = derivative_from_output(act) ? 1 : 2;
+    auto tile_start = [&](int64_t o) { return wgmma ? align1024(o) : o; };
     int64_t off = align16(resident ? s.resident_weight_bytes() : s.max_slot_bytes());
     p.off_raw = off;
     off += R * p.raw_stride;
     p.off_dy = off;
     if (dy_smem) off += R * p.dy_stride;
-    p.off_x = off;
+    p.off_x = off = tile_start(off);
     off += R * p.x_stride * 2;
     const int64_t stash = int64_t(s.n_hidden) * p.n_stashes * R * p.act_stride * 2;
     if (stash_smem) {
-        p.off_stash = off;
+        p.off_stash = off = tile_start(off);
         off += stash;
     } else {
         p.off_awork = off;
         off += 2 * R * p.act_stride * 2;
         p.stash_bytes_per_block = (stash + 255) / 256 * 256;
     }
-    p.off_dz = off;
+    p.off_dz = off = tile_start(off);
     off += 2 * R * p.dz_stride * 2;
     p.off_dw = off;
     if (dw_smem && want_dw) off += align16(s.n_params() * 4);
-    p.smem_bytes = off;
+    p.smem_bytes = off + (wgmma ? 1024 : 0);
     return p;
 }
 
@@ -211,8 +217,12 @@ std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, in
                         // dy in place is measured only as what makes a 12-warp block fit; smaller blocks
                         // take it when asked for (PlanOverride::dy_global), so their plans stay as before.
                         if (!dy_smem && nw <= kMaxWarps && !o.dy_global) continue;
+                        // The wgmma kernel where it applies: 12 warps (3 warpgroups) of one tile, the kernel
+                        // for ReLU hidden layers and a linear output (whose limits d are), shapes it covers.
+                        const bool wgmma = d.wgmma && !o.no_wgmma && nw == kWgmmaWarps && m_tiles == 1 &&
+                                           act == Activation::ReLU && wgmma_backward_shape(s.width, s.pin, s.pout, s.bias);
                         BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, m_tiles, resident,
-                                                         stash_smem, dw_smem, dy_smem);
+                                                         stash_smem, dw_smem, dy_smem, wgmma);
                         p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
                         if (p.blocks_per_sm == 0) continue;
                         const bool enough = nw * p.blocks_per_sm >= 4;

@@ -52,6 +52,20 @@ constexpr bool backward_reads_dy_in_place(uint32_t width, bool relu, int m_tiles
     return backward_max_warps(width, relu, m_tiles) > kMaxWarps;
 }
 
+// The wgmma flavour of the backward kernel (NVIDIA sm_90a: Hopper's warpgroup MMA). It is the 12-warp
+// ReLU / linear-output kernel of width 64 with its input, activation and dz tiles in a 128-byte-swizzled
+// layout (rows of 64 elements, 16-byte chunk index XOR row % 8: the canonical layout wgmma reads from
+// shared memory, bench/wgmma_probe.cu), and the weight gradients of each layer computed by one
+// warpgroup with wgmma m64n64k16 over the block's 192 rows instead of 16 units of mma.sync spread over
+// the 12 warps. Its results equal the mma.sync kernel's bit for bit (the probe measured wgmma's fp32
+// accumulation to equal mma.sync's; the GPU tests compare the two kernels). The planner takes it for
+// 12-warp plans of shapes it covers (wgmma_backward_shape) on devices and builds that have it
+// (DeviceLimits::wgmma), unless PlanOverride::no_wgmma.
+constexpr int kWgmmaWarps = 12;
+constexpr bool wgmma_backward_shape(int width, int pin, int pout, bool bias) {
+    return width == 64 && pin <= 64 && pout <= 64 && !bias;
+}
+
 // The layer geometry of an MlpLayout in a form kernels can use. Matches MlpLayout's
 // weight_offset / bias_offset / n_params exactly (tested).
 struct Shape {
@@ -202,6 +216,8 @@ struct BackwardPlan {
     bool dw_in_smem = true;     // fp32 weight-gradient accumulators, else in the block's global slot
     bool dy_in_smem = true;     // dL/doutput (or the staged target) in shared memory, else read from
                                 // global memory by the output layer (no dy region)
+    bool wgmma = false;         // the wgmma kernel (wgmma_backward_shape): x, stash and dz tiles of 64
+                                // columns swizzled, 1024-byte aligned from a 1024-byte aligned base
     int64_t off_weights = 0, off_raw = 0, off_dy = 0, off_x = 0, off_stash = 0, off_awork = 0, off_dz = 0,
             off_dw = 0, smem_bytes = 0;
     int raw_stride = 0, dy_stride = 0;      // bytes per row
@@ -217,6 +233,7 @@ struct DeviceLimits {
     int regs_per_sm = 65536, regs_per_thread = 128, max_warps_per_sm = 64;
     int max_warps_per_block = kMaxWarps;  // the kernel's __launch_bounds__ (backward_max_warps); a backward
                                           // kernel above kMaxWarps also reads dy in place
+    bool wgmma = false;  // the backward kernel has a wgmma flavour that runs here (sm_90 device, sm_90a build)
 };
 
 // Test and benchmark hooks: force a fallback (so small configs exercise the paths deep or wide
@@ -229,6 +246,7 @@ struct PlanOverride {
     bool fused_target_global = false;  // the fused training step reads the target from global memory
     bool dy_global = false;  // the backward reads dL/doutput (and the fused step its target) in place in
                              // the output layer: no dy rows in shared memory (backward_reads_dy_in_place)
+    bool no_wgmma = false;   // never the wgmma backward kernel (the mma.sync one instead)
 };
 void set_plan_override(const PlanOverride& o);
 PlanOverride plan_override();
@@ -315,6 +333,9 @@ struct FusedLoss {
 void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, ConstView dL_doutput,
                   View* dL_dinput, void* dL_dparams, const void* params, GradMode mode,
                   const FusedLoss* loss = nullptr);
+// Whether the wgmma backward kernel of `dtype` runs on GPU `device` (DeviceLimits::wgmma): an sm_90
+// device and a build whose loaded module holds sm_90a code (the GPU tests check it on the H200).
+bool wgmma_backward_available(int device, DType dtype);
 #endif  // TNN_WITH_GPU
 
 // ---- The fused training step for the Trainer (src/model/trainer.cpp). can_fuse_loss: `model` is a
@@ -336,6 +357,7 @@ struct KernelInfo {
     int regs_per_thread = 0;
     int local_bytes = 0;  // spills and local arrays; 0 is expected
     int max_warps = 0;    // threads per block its __launch_bounds__ allow, / 32
+    bool wgmma = false;   // backward: a wgmma flavour was compiled with the instructions (sm_90a code)
 };
 template <typename H, int W> struct Kernels {
     // relu: the flavour compiled for ReLU hidden layers and a linear output (KernelArgs::relu).

@@ -714,6 +714,8 @@ template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args
                         " rows per wavefront do not match the kernel's 16"));
     if (!args.bwd.dy_in_smem)
         throw Error("FullyFusedMLP (gfx12): the backward kernel stages dL/doutput; the plan reads it in place");
+    if (args.bwd.wgmma)
+        throw Error("FullyFusedMLP (gfx12): a plan for NVIDIA's wgmma backward kernel reached the gfx12 kernels");
     gfx12::check_plan_strides("backward", {args.bwd.x_stride, args.bwd.act_stride, args.bwd.dz_stride});
     gfx12::fully_fused_mlp_gfx12_backward_kernel<device_of<H>, W>
         <<<grid, args.bwd.n_warps * gfx12::kLanes, args.bwd.smem_bytes, static_cast<gpu_stream_t>(stream)>>>(args);

@@ -94,6 +94,90 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // ============================================================================================
+// The wgmma kernel's tiles (wgmma_backward_shape): 16-bit [rows][64] with the 128-byte swizzle, the
+// 16-byte chunk index of a row XORed with row % 8, from 1024-byte aligned bases. SW = false is the
+// padded row-major layout of every other kernel (the same expressions as before SW existed).
+// ============================================================================================
+
+using mma::swizzle128;
+// Element (row, col) of a tile with `stride` elements per row (64 when SW).
+template <bool SW, typename T> __device__ __forceinline__ T* tile_at(T* tile, int stride, int row, int col) {
+    if constexpr (SW) {
+        using C = std::conditional_t<std::is_const_v<T>, const char, char>;
+        return reinterpret_cast<T*>(reinterpret_cast<C*>(tile) + swizzle128((row * 64 + col) * 2));
+    } else {
+        return tile + row * stride + col;
+    }
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TNN_FFM_WGMMA_BUILT 1  // this device pass assembles wgmma (sm_90a)
+#else
+#define TNN_FFM_WGMMA_BUILT 0
+#endif
+// Read by the host (Kernels::backward_info) from the module the driver loaded: whether its wgmma
+// kernel holds the instructions or only traps (a build without sm_90a code).
+static __device__ int g_ffm_wgmma_built = TNN_FFM_WGMMA_BUILT;
+
+// wgmma pieces (PTX ISA 9.7.15). Without sm_90a they trap; the planner never picks the kernel then.
+__device__ __forceinline__ void wgmma_fence() {
+#if TNN_FFM_WGMMA_BUILT
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if TNN_FFM_WGMMA_BUILT
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+#if TNN_FFM_WGMMA_BUILT
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// Generic-proxy shared stores made visible to the tensor cores' (async proxy) reads after the next barrier.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if TNN_FFM_WGMMA_BUILT
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// Shared-memory matrix descriptor of a swizzled tile at byte address addr: 128-byte swizzle (bits
+// 62-63 = 1), 1024 bytes between 8-row groups (SBO, bits 32-45, in 16-byte units); the other stride
+// (LBO) is unused with 64 columns (the probe: any value gives the same result).
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) {
+    return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+// d (64 x 32 fp32 over the warpgroup; this warp's rows 16 (warp % 4) .. + 15 in mma.sync C-fragment
+// order, n8 tile j in d[4 j .. 4 j + 3]) = A * B (+ d when accumulate), A = the first operand's
+// transpose and B the second one's rows: [16 rows][64] swizzled tiles (M-major A, N-major B; B's
+// descriptor may start 64 bytes into the rows for columns 32..63: the swizzle applies to the final
+// addresses). m64n32 rather than m64n64: 16 accumulators a thread, which the 168-register kernel has.
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n32k16_tt(float (&d)[16], uint64_t adesc, uint64_t bdesc, bool accumulate) {
+#if TNN_FFM_WGMMA_BUILT
+#define TNN_FFM_WG_ARGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 1, 1;\n}\n"
+#define TNN_FFM_WG_OUT                                                                                          \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+    if constexpr (std::is_same_v<T, gpu_half>)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " TNN_FFM_WG_ARGS
+                     : TNN_FFM_WG_OUT
+                     : "l"(adesc), "l"(bdesc), "r"(int(accumulate)));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " TNN_FFM_WG_ARGS
+                     : TNN_FFM_WG_OUT
+                     : "l"(adesc), "l"(bdesc), "r"(int(accumulate)));
+#undef TNN_FFM_WG_ARGS
+#undef TNN_FFM_WG_OUT
+#else
+    (void)d, (void)adesc, (void)bdesc, (void)accumulate;
+    __trap();
+#endif
+}
+
+// ============================================================================================
 // 16-bit pairs: the low half holds the element with the lower column index (PTX fragment order).
 // ============================================================================================
 
@@ -298,36 +382,39 @@ template <typename T, bool F32, int E> __device__ __forceinline__ void raw_to_ti
 // columns < n_in from the input, columns n_in..pin-1 = pad_value (tcnn's padding lanes). E
 // elements per step (4 fp32 -> 8 bytes, 8 T -> 16 bytes, 2, or 1); unrolled so that the shared
 // memory loads of several steps are in flight together.
-template <typename T, bool F32, int E, bool STRAIGHT>
+// SW: the tile is swizzled (each step's E elements stay inside one 16-byte chunk).
+template <typename T, bool F32, int E, bool STRAIGHT, bool SW>
 __device__ __forceinline__ void raw_to_tile_e(const char* raw, int raw_stride, T* x, int x_stride, int n_rows, int n_in,
                                               int lane) {
     const int q = n_in / E;  // E is a power of two: a shift
     char* xb = reinterpret_cast<char*>(x);
+    auto dst = [&](int b) { return reinterpret_cast<T*>(xb + (SW ? swizzle128(b) : b)); };
     GridWalk2<int, int> g(lane, q, raw_stride, E * (F32 ? 4 : 2), x_stride * 2, E * 2);
     if (!STRAIGHT || g.wraps()) {
 #pragma unroll 4
-        for (; g.r < n_rows; g.next()) raw_to_tile_step<T, F32, E>(raw + g.a, reinterpret_cast<T*>(xb + g.b));
+        for (; g.r < n_rows; g.next()) raw_to_tile_step<T, F32, E>(raw + g.a, dst(g.b));
     } else {  // the steps per row divide 32 (e.g. 32 fp32 inputs): every lane stays in its column
 #pragma unroll 4
-        for (; g.r < n_rows; g.next_row()) raw_to_tile_step<T, F32, E>(raw + g.a, reinterpret_cast<T*>(xb + g.b));
+        for (; g.r < n_rows; g.next_row()) raw_to_tile_step<T, F32, E>(raw + g.a, dst(g.b));
     }
 }
-template <typename T, bool STRAIGHT>
+template <typename T, bool STRAIGHT, bool SW = false>
 __device__ __forceinline__ void raw_to_tile(const char* raw, int raw_stride, T* x, int x_stride, int n_rows, int n_in,
                                             int pin, bool in_f32, float pad_value, int lane) {
     if (in_f32) {
-        if ((n_in & 3) == 0) raw_to_tile_e<T, true, 4, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
-        else if ((n_in & 1) == 0) raw_to_tile_e<T, true, 2, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
-        else raw_to_tile_e<T, true, 1, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        if ((n_in & 3) == 0) raw_to_tile_e<T, true, 4, STRAIGHT, SW>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else if ((n_in & 1) == 0) raw_to_tile_e<T, true, 2, STRAIGHT, SW>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else raw_to_tile_e<T, true, 1, STRAIGHT, SW>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
     } else {
-        if ((n_in & 7) == 0) raw_to_tile_e<T, false, 8, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
-        else if ((n_in & 1) == 0) raw_to_tile_e<T, false, 2, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
-        else raw_to_tile_e<T, false, 1, STRAIGHT>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        if ((n_in & 7) == 0) raw_to_tile_e<T, false, 8, STRAIGHT, SW>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else if ((n_in & 1) == 0) raw_to_tile_e<T, false, 2, STRAIGHT, SW>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
+        else raw_to_tile_e<T, false, 1, STRAIGHT, SW>(raw, raw_stride, x, x_stride, n_rows, n_in, lane);
     }
     const int n_pad = pin - n_in;
     if (n_pad > 0) {
         const T pad = gpu::from_acc<T>(pad_value);
-        for (GridWalk2<int, int> g(lane, n_pad, x_stride, 1, 0, 0); g.r < n_rows; g.next()) x[n_in + g.a] = pad;
+        for (GridWalk2<int, int> g(lane, n_pad, x_stride, 1, 0, 0); g.r < n_rows; g.next())
+            *tile_at<SW>(x, x_stride, 0, n_in + g.a) = pad;
     }
 }
 
@@ -384,6 +471,12 @@ __device__ __forceinline__ int x4_offset(int lane, X4Pattern p, int stride_bytes
     const mma::Coord c = mma::x4_lane_address(lane, p);
     return c.row * stride_bytes + c.col * 2;
 }
+// The same as a shared address for the block at (0, 0) of `tile` (stride elements per row); SW: a
+// swizzled tile whose base is 1024-byte aligned.
+template <bool SW>
+__device__ __forceinline__ uint32_t lane_x4_addr(const void* tile, int stride, X4Pattern p, int lane) {
+    return smem_addr(tile) + (SW ? swizzle128(x4_offset(lane, p, 128)) : x4_offset(lane, p, stride * 2));
+}
 
 // acc += A * B over nk k-steps, A fragments in registers (k-steps >= nk unused). b_addr: this lane's
 // ldmatrix address for k-step 0; each k-step adds b_kstep bytes.
@@ -409,13 +502,16 @@ __device__ __forceinline__ void mma_chunk_regs(float (&acc)[MT][2][4], const uin
 // 16 rows) over a run-time number of k-steps, k outermost: each A fragment is read once and feeds
 // NC x MT x 2 MMAs on independent accumulators (a k-loop per chunk would serialise the chunks
 // behind its branches). b_addr + c * b_cstep + k * b_kstep: this lane's B address of chunk c, k-step k.
-template <typename T, int MT, int NC, bool BTRANS>
+// SW: A is a swizzled tile (a_addr from lane_x4_addr<true>): k-step k is at the lane's address XOR
+// 32 k (k < 4: the chunk index's upper two bits, which the row's swizzle leaves to the XOR).
+template <typename T, int MT, int NC, bool BTRANS, bool SW = false>
 __device__ __forceinline__ void mma_chunks_smem_a(float (&acc)[NC][MT][2][4], uint32_t a_addr, int a_mstep, int nk,
                                                   uint32_t b_addr, int b_cstep, int b_kstep) {
     for (int k = 0; k < nk; ++k) {
         uint32_t a[MT][4];
 #pragma unroll
-        for (int m = 0; m < MT; ++m) ldmatrix_x4<false>(a[m], a_addr + m * a_mstep + k * 32);
+        for (int m = 0; m < MT; ++m)
+            ldmatrix_x4<false>(a[m], SW ? (a_addr + m * a_mstep) ^ uint32_t(k * 32) : a_addr + m * a_mstep + k * 32);
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
             uint32_t b[4];
@@ -463,12 +559,12 @@ __device__ __forceinline__ LayerSlot layer_slot(const char* slot, int in, int ou
 
 // Pre-activations of all columns of layer 0 (bias + X W^T, X the 16-bit input tile in shared
 // memory, K = 16 * nk) as NC chunks of accumulators.
-template <typename T, int MT, int NC>
+template <typename T, int MT, int NC, bool SW = false>
 __device__ __forceinline__ void first_layer(float (&acc)[NC][MT][2][4], uint32_t x_addr, int x_mstep, int nk,
                                             const LayerSlot& w, int lane) {
 #pragma unroll
     for (int c = 0; c < NC; ++c) init_acc(acc[c], w.bias ? w.bias + 16 * c : nullptr, lane);
-    mma_chunks_smem_a<T, MT, NC, false>(acc, x_addr, x_mstep, nk, w.b_base, 16 * w.ws, 32);
+    mma_chunks_smem_a<T, MT, NC, false, SW>(acc, x_addr, x_mstep, nk, w.b_base, 16 * w.ws, 32);
 }
 
 // Layer 0 of the ReLU kernels runs all chunks at once up to width 64; at width 128 the 64 more live
@@ -730,7 +826,7 @@ __device__ __forceinline__ void hidden_chunk_to_stash(const float (&acc)[MT][2][
 // with a pointer derived from the kernel's shared-memory array (the compiler then emits shared
 // stores) or with a global one; a pointer that may be either compiles to generic accesses, which the
 // profile showed waiting on the long scoreboard.
-template <typename T, int MT, int NC>
+template <typename T, int MT, int NC, bool SW = false>
 __device__ __forceinline__ void store_a_tile(const uint32_t (&a)[MT][NC][4], T* tile, int stride, int lane) {
 #pragma unroll
     for (int m = 0; m < MT; ++m)
@@ -739,7 +835,7 @@ __device__ __forceinline__ void store_a_tile(const uint32_t (&a)[MT][NC][4], T* 
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const mma::Coord rc = mma::a_frag_coord(lane, r, 0);
-                *reinterpret_cast<uint32_t*>(tile + (16 * m + rc.row) * stride + 16 * c + rc.col) = a[m][c][r];
+                *reinterpret_cast<uint32_t*>(tile_at<SW>(tile, stride, 16 * m + rc.row, 16 * c + rc.col)) = a[m][c][r];
             }
 }
 
@@ -747,7 +843,7 @@ __device__ __forceinline__ void store_a_tile(const uint32_t (&a)[MT][NC][4], T* 
 // (rows of this warp), zero for columns >= n_out and rows >= valid. dL/dy comes from the per-warp
 // staged tile (rows of dy_stride bytes, DyT = float or T). FULL: all rows valid and the chunk inside
 // n_out (no per-element checks).
-template <typename T, typename DyT, bool FULL, int MT, class D>
+template <typename T, typename DyT, bool FULL, int MT, bool SW, class D>
 __device__ __forceinline__ void output_dz_chunk_t(const float (&acc)[MT][2][4], const char* dyt, int dy_stride,
                                                   bool pairs, T* dz, int dz_stride, int c, int n_out, int valid,
                                                   int lane, D&& deriv) {
@@ -764,15 +860,15 @@ __device__ __forceinline__ void output_dz_chunk_t(const float (&acc)[MT][2][4], 
         }
         const float d0 = v0 ? g.x * deriv(acc[m][j][2 * hh]) : 0.0f;
         const float d1 = v1 ? g.y * deriv(acc[m][j][2 * hh + 1]) : 0.0f;
-        *reinterpret_cast<uint32_t*>(dz + row * dz_stride + col) = pack2<T>(d0, d1);
+        *reinterpret_cast<uint32_t*>(tile_at<SW>(dz, dz_stride, row, col)) = pack2<T>(d0, d1);
     });
 }
-template <typename T, int MT, class D>
+template <typename T, int MT, bool SW = false, class D>
 __device__ __forceinline__ void output_dz_chunk(const float (&acc)[MT][2][4], bool dy_f32, const char* dyt,
                                                 int dy_stride, bool pairs, T* dz, int dz_stride, int c, int n_out,
                                                 int valid, int lane, D&& deriv) {
     with_f32_and_full<T>(dy_f32, valid >= 16 * MT && 16 * c + 16 <= n_out, [&](auto e, auto full) {
-        output_dz_chunk_t<T, typename decltype(e)::type, decltype(full)::value>(acc, dyt, dy_stride, pairs, dz,
+        output_dz_chunk_t<T, typename decltype(e)::type, decltype(full)::value, MT, SW>(acc, dyt, dy_stride, pairs, dz,
                                                                                 dz_stride, c, n_out, valid, lane, deriv);
     });
 }
@@ -828,7 +924,7 @@ __device__ __forceinline__ void load_target_pairs(const KernelArgs& args, bool s
 // kind and whether N is a power of two are decided once, outside the element loop, and the elements
 // past the batch or the outputs are masked rather than branched around, so that the element code is
 // straight-line.
-template <typename T, int MT, int MM>
+template <typename T, int MT, int MM, bool SW = false>
 __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, const float (&y)[2][4], const float (&d)[2][4],
                                                     const float2 (&t)[2][2], T* dz, int dz_stride, int c, int valid,
                                                     int64_t row0, int lane) {
@@ -863,7 +959,7 @@ __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, cons
                 if (ok[0]) vr[0] = v[0];
                 if (ok[1]) vr[1] = v[1];
             }
-            *reinterpret_cast<uint32_t*>(dz + row * dz_stride + col) = pack2<T>(g[0], g[1]);
+            *reinterpret_cast<uint32_t*>(tile_at<SW>(dz, dz_stride, row, col)) = pack2<T>(g[0], g[1]);
         });
     };
     with_fused_loss_kind(args.loss_kind, [&](auto kind) {
@@ -875,7 +971,7 @@ __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, cons
 // Backward chain, chunk c of dL/da_{l-1}: dz_{l-1} = round_T(dL/da * f'(z_{l-1})) with f' read off the
 // stored a (None, ReLU, LeakyReLU; ACT = that activation) or the stored f'(z) (any other ACT). The
 // result goes to the A fragments for the next chain step and to the dz tile for the dW pass.
-template <typename T, Activation ACT, int MT, int NC>
+template <typename T, Activation ACT, int MT, int NC, bool SW = false>
 __device__ __forceinline__ void chain_chunk_to_dz(const float (&acc)[MT][2][4], uint32_t (&dzn)[MT][NC][4], int c, int lane,
                                                   const T* a_tile, const T* d_tile, int act_stride, T* dz_tile,
                                                   int dz_stride) {
@@ -888,23 +984,23 @@ __device__ __forceinline__ void chain_chunk_to_dz(const float (&acc)[MT][2][4], 
             const int row = 16 * m + rc.row, col = 16 * c + rc.col;
             const float z0 = acc[m][j][mma::handoff_c_elem(r, 0)], z1 = acc[m][j][mma::handoff_c_elem(r, 1)];
             if constexpr (ACT == Activation::ReLU) {
-                const uint32_t v = mask_positive2<T>(pack2<T>(z0, z1), *reinterpret_cast<const uint32_t*>(a_tile + row * act_stride + col));
+                const uint32_t v = mask_positive2<T>(pack2<T>(z0, z1), *reinterpret_cast<const uint32_t*>(tile_at<SW>(a_tile, act_stride, row, col)));
                 dzn[m][c][r] = v;
-                *reinterpret_cast<uint32_t*>(dz_tile + row * dz_stride + col) = v;
+                *reinterpret_cast<uint32_t*>(tile_at<SW>(dz_tile, dz_stride, row, col)) = v;
                 continue;
             }
             float2 d;
             if constexpr (ACT == Activation::None) {
                 d = make_float2(1.0f, 1.0f);
             } else if constexpr (derivative_from_output(ACT)) {
-                const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(a_tile + row * act_stride + col));
+                const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(tile_at<SW>(a_tile, act_stride, row, col)));
                 d = make_float2(a.x > 0.0f ? 1.0f : 0.01f, a.y > 0.0f ? 1.0f : 0.01f);  // LeakyReLU
             } else {
-                d = unpack2<T>(*reinterpret_cast<const uint32_t*>(d_tile + row * act_stride + col));
+                d = unpack2<T>(*reinterpret_cast<const uint32_t*>(tile_at<SW>(d_tile, act_stride, row, col)));
             }
             const uint32_t v = pack2<T>(z0 * d.x, z1 * d.y);
             dzn[m][c][r] = v;
-            *reinterpret_cast<uint32_t*>(dz_tile + row * dz_stride + col) = v;
+            *reinterpret_cast<uint32_t*>(tile_at<SW>(dz_tile, dz_stride, row, col)) = v;
         }
 }
 
@@ -1024,10 +1120,53 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
         dw_units<T, 1, 1, PREFETCH>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
 }
 
-template <typename T, int W, bool RELU, int MT>
+// The wgmma kernel's dW of one layer, by the calling warpgroup (warps 4 g .. 4 g + 3, lane, w4 = warp
+// % 4): dW[out][in] += DZ^T ACT over the block's R rows, DZ and ACT swizzled [R][64] tiles (columns
+// past out / in hold anything: the rows and columns of the product they reach are not stored). Per
+// 32 columns, R / 16 wgmma m64n32k16 accumulating in k-step order: the same sums in the same order as
+// the mma.sync units of dw_units (bit for bit: bench/wgmma_probe.cu, and the GPU tests compare the two
+// kernels). Warp w4 holds rows 16 w4 .. 16 w4 + 15 of the product in C-fragment order, i.e. the
+// accumulators of C tiles (w4, j) in fragment order (Shape::fragment_index), added to the slot as
+// dw_units adds its units'.
+template <typename T, int R>
+__device__ __forceinline__ void dw_layer_wgmma(const T* dz, const T* act, int out, int in, const DwTarget& dw, int lane,
+                                               int w4) {
+    const uint64_t a0 = wgmma_desc(smem_addr(dz)), b0 = wgmma_desc(smem_addr(act));
+    const bool rows = 16 * w4 < out;
+    // Columns [32 h, 32 h + 32) of the product: B from 64 bytes into its rows for h = 1. The k-loop is
+    // not unrolled: unrolled (and with m64n64), ptxas spilled at the kernel's 168 registers. Every
+    // k-step accumulates onto d = 0, as mma.sync's units start from C = 0 (the probe's configuration).
+    // The two halves each wait for their wgmmas before the slot update.
+    for (int h = 0; h < 2 && 32 * h < in; ++h) {
+        float d[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) d[i] = 0.0f;
+        wgmma_fence();
+#pragma unroll 1
+        for (int k = 0; k < R / 16; ++k)  // 16 rows = 2048 bytes = 128 in the descriptor's address field
+            wgmma_m64n32k16_tt<T>(d, a0 + uint64_t(128 * k), b0 + uint64_t(128 * k + 4 * h), true);
+        wgmma_commit();
+        wgmma_wait_all();
+        if (!rows) continue;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (8 * (4 * h + j) >= in) break;
+            const int64_t o = dw_fragment_offset(0, 32 * h, w4, j, in, lane);
+            const float(&a)[4] = *reinterpret_cast<const float(*)[4]>(d + 4 * j);
+            if (dw.in_smem) add4(dw.smem + o, a);
+            else add4(dw.global + o, a);
+        }
+    }
+}
+
+// WG: the wgmma flavour (wgmma_backward_shape; W = 64, RELU, MT = 1, launched with kWgmmaWarps warps).
+template <typename T, int W, bool RELU, int MT, bool WG = false>
 __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
+    static_assert(!WG || (W == 64 && RELU && MT == 1 && backward_max_warps(W, RELU, MT) == kWgmmaWarps),
+                  "the wgmma backward kernel is the 12-warp ReLU kernel of width 64");
     constexpr int RW = 16 * MT, NC = W / 16;
+    constexpr bool SW = WG;  // swizzled x, stash and dz tiles
     // The 12-warp kernels (ReLU / linear output, one tile, width <= 64) alone are compiled with what
     // plans without dy rows need: dL/doutput read in place (BackwardPlan::dy_in_smem false), the fused
     // step's target through the raw rows (KernelArgs::target_in_raw, which the launcher sets only for
@@ -1036,8 +1175,10 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     // Row pitches (elements) known at compile time: the stash tiles and the dz tiles of the hidden
     // layers (the planner's act_stride; the dz region is planned for max(W, pout) + 8 and the top
     // layer's dz, pout columns wide, uses p.dz_stride).
-    constexpr int AS = W + 8, DS = W + 8;
-    extern __shared__ __align__(16) char smem[];
+    constexpr int AS = WG ? 64 : W + 8, DS = WG ? 64 : W + 8;
+    extern __shared__ __align__(16) char smem_base[];
+    // The wgmma kernel's tiles need 1024-byte alignment: its plan asked for 1024 bytes more.
+    char* const smem = WG ? smem_base + ((1024u - (smem_addr(smem_base) & 1023u)) & 1023u) : smem_base;
     const BackwardPlan& p = args.bwd;
     const Shape& s = args.shape;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -1109,8 +1250,8 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         const int64_t row0 = tile * R + warp * RW;
         const int valid = rows_valid(tile);
         const int wrow = warp * RW;  // first block-local row of this warp
-        raw_to_tile<T, kStraightCopies<W>>(raw, p.raw_stride, X + wrow * p.x_stride, p.x_stride, RW, s.n_in, s.pin, args.in_f32,
-                       args.pad_value, lane);
+        raw_to_tile<T, kStraightCopies<W>, SW>(raw, p.raw_stride, X + wrow * p.x_stride, p.x_stride, RW, s.n_in, s.pin,
+                                               args.in_f32, args.pad_value, lane);
         __syncwarp();
         const bool has_next = tile + gridDim.x < n_tiles;
         // target_in_raw (kDyInPlace kernels only): this tile's target rows into the raw rows now, the next
@@ -1149,16 +1290,16 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         // Layer l's activations (A fragments) -> this warp's rows of its stash tile.
         auto stash_layer = [&](int l, const uint32_t (&a)[MT][NC][4]) {
             const int64_t o = (int64_t(l) * p.n_stashes) * tile_elems + wrow * AS;
-            if (p.stash_in_smem) store_a_tile<T>(a, stash_smem + o, AS, lane);
+            if (p.stash_in_smem) store_a_tile<T, MT, NC, SW>(a, stash_smem + o, AS, lane);
             else store_a_tile<T>(a, stash_global + o, AS, lane);
         };
-        const uint32_t x_addr = smem_addr(X + wrow * p.x_stride) + x4_offset(lane, X4Pattern::kRowsFirst, p.x_stride * 2);
+        const uint32_t x_addr = lane_x4_addr<SW>(X + wrow * p.x_stride, p.x_stride, X4Pattern::kRowsFirst, lane);
         {
             const LayerSlot w = layer_slot(ensure_layer(0), s.pin, W, s.bias, lane);
             T* dt = stash_d_tile(0);
             if constexpr (kLayer0AllChunks<RELU, W>) {  // all chunks at once (k outermost), then the epilogues
                 float acc[NC][MT][2][4];
-                first_layer<T>(acc, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
+                first_layer<T, MT, NC, SW>(acc, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
 #pragma unroll
                 for (int c = 0; c < NC; ++c) hidden_chunk_to_stash<T, Activation::ReLU>(acc[c], h, c, lane, dt, AS);
             } else {
@@ -1236,8 +1377,8 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                             load_target_pairs<MT>(args, target_staged, target_rows, target_pitch, c, M, valid, row0,
                                                   lane, t);
                         }
-                        output_loss_dz_tile<T, MT, M>(args, y, d, t, dz_top + wrow * p.dz_stride, p.dz_stride, c,
-                                                      valid, row0, lane);
+                        output_loss_dz_tile<T, MT, M, SW>(args, y, d, t, dz_top + wrow * p.dz_stride, p.dz_stride, c,
+                                                          valid, row0, lane);
                     };
                     tile(std::integral_constant<int, 0>{});
                     if constexpr (MT > 1) tile(std::integral_constant<int, 1>{});
@@ -1252,12 +1393,13 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                     with_output_activation<RELU>(args.out_act, [&](auto A) {
                         auto deriv = [](float z) { return act_deriv<decltype(A)::value>(z); };
                         if (!kDyInPlace || p.dy_in_smem) {
-                            output_dz_chunk<T>(acc, args.dy_f32, dyt, p.dy_stride, true, dz_top + wrow * p.dz_stride,
-                                               p.dz_stride, c, s.n_out, valid, lane, deriv);
+                            output_dz_chunk<T, MT, SW>(acc, args.dy_f32, dyt, p.dy_stride, true, dz_top + wrow * p.dz_stride,
+                                                       p.dz_stride, c, s.n_out, valid, lane, deriv);
                         } else {  // this warp's rows of dL/doutput in place (dy_global plans)
-                            output_dz_chunk<T>(acc, args.dy_f32, dy_base + (valid > 0 ? row0 * dy_pitch : 0),
-                                               static_cast<int>(dy_pitch), args.dy_vec2, dz_top + wrow * p.dz_stride,
-                                               p.dz_stride, c, s.n_out, valid, lane, deriv);
+                            output_dz_chunk<T, MT, SW>(acc, args.dy_f32, dy_base + (valid > 0 ? row0 * dy_pitch : 0),
+                                                       static_cast<int>(dy_pitch), args.dy_vec2,
+                                                       dz_top + wrow * p.dz_stride, p.dz_stride, c, s.n_out, valid, lane,
+                                                       deriv);
                         }
                     });
                 }
@@ -1289,8 +1431,14 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                     act_src = aw;
                 }
             }
+            if constexpr (WG) fence_proxy_async_smem();  // this thread's tile stores -> the wgmmas after the barrier
             __syncthreads();
-            if (want_dw) {
+            if constexpr (WG) {
+                // One warpgroup per layer, round robin from the top layer: the others go on to the chain.
+                if (want_dw && warp / 4 == (L - l) % (kWgmmaWarps / 4))
+                    dw_layer_wgmma<T, kWgmmaWarps * 16>(dz_cur, act_src, out, in, dw_target.offset(s.weight_offset(l)),
+                                                        lane, warp % 4);
+            } else if (want_dw) {
                 // One call per kind of layer, so that the hidden layers' pitches and sizes are constants.
                 const DwTarget dwl = dw_target.offset(s.weight_offset(l));
                 float* dbl = s.bias ? dw + s.bias_offset(l) : nullptr;
@@ -1327,7 +1475,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 auto to_dz = [&](int c, const float (&acc)[MT][2][4]) {
                     using A = Activation;
                     if constexpr (RELU) {
-                        chain_chunk_to_dz<T, A::ReLU>(acc, dzn, c, lane, at, dt, AS, zt, DS);
+                        chain_chunk_to_dz<T, A::ReLU, MT, NC, SW>(acc, dzn, c, lane, at, dt, AS, zt, DS);
                     } else {
                         switch (args.act) {  // f' from the stored a for these three, from the stored f'(z) otherwise
                             case A::None: chain_chunk_to_dz<T, A::None>(acc, dzn, c, lane, at, dt, AS, zt, DS); break;
@@ -1339,12 +1487,12 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                         }
                     }
                 };
-                const uint32_t dz_addr =
-                    smem_addr(dz_cur + wrow * p.dz_stride) + x4_offset(lane, X4Pattern::kRowsFirst, p.dz_stride * 2);
+                const uint32_t dz_addr = lane_x4_addr<SW>(dz_cur + wrow * p.dz_stride, p.dz_stride, X4Pattern::kRowsFirst, lane);
                 if (RELU && l == L) {
                     // The top dz is in shared memory (K = pout): all chunks at once, k outermost.
                     float acc[NC][MT][2][4] = {};
-                    mma_chunks_smem_a<T, MT, NC, true>(acc, dz_addr, 16 * p.dz_stride * 2, s.pout / 16, b_base, 32, b_kstep);
+                    mma_chunks_smem_a<T, MT, NC, true, SW>(acc, dz_addr, 16 * p.dz_stride * 2, s.pout / 16, b_base, 32,
+                                                           b_kstep);
 #pragma unroll
                     for (int c = 0; c < NC; ++c) to_dz(c, acc[c]);
                 } else if (l == L) {
@@ -1448,6 +1596,16 @@ template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_sme
         constexpr int MT = decltype(mt)::value;
         info = relu ? kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT>, max_smem)
                     : kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT>, max_smem);
+        if constexpr (W == 64 && MT == 1) {
+            if (relu) {
+                // The wgmma flavour: its own attributes (the same launch bounds) and whether the module
+                // the driver loaded for this device holds its instructions.
+                const KernelInfo wg = kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT, true>, max_smem);
+                int built = 0;
+                TNN_GPU_CHECK(cudaMemcpyFromSymbol(&built, g_ffm_wgmma_built, sizeof(int)));
+                info.wgmma = built == 1 && wg.max_warps == kWgmmaWarps;
+            }
+        }
     });
     return info;
 }
@@ -1471,10 +1629,24 @@ template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args
             throw Error(msg("FullyFusedMLP: a backward plan that reads dL/doutput in place reached a kernel that "
                             "stages it (width ", W, ", ", MT, " m16 tiles per warp)"));
         const dim3 block(args.bwd.n_warps * 32);
-        if (args.relu)
+        if (args.bwd.wgmma) {
+            // The planner's conditions, checked again: the kernel's layout and warpgroups assume them.
+            const Shape& sh = args.shape;
+            if constexpr (W == 64 && MT == 1) {
+                if (!args.relu || args.bwd.n_warps != kWgmmaWarps || !args.bwd.weights_resident ||
+                    !args.bwd.stash_in_smem || !wgmma_backward_shape(sh.width, sh.pin, sh.pout, sh.bias))
+                    throw Error(msg("FullyFusedMLP: a wgmma backward plan for a shape or block it does not cover (",
+                                    args.bwd.n_warps, " warps, ", sh.pin, " -> ", sh.width, " -> ", sh.pout, ")"));
+                fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT, true><<<grid, block, args.bwd.smem_bytes, s>>>(args);
+            } else {
+                throw Error(msg("FullyFusedMLP: a wgmma backward plan reached the width-", W, " kernels (", MT,
+                                " m16 tiles per warp); only width 64 with one tile has one"));
+            }
+        } else if (args.relu) {
             fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args);
-        else
+        } else {
             fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args);
+        }
     });
     TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_backward_kernel");
 }

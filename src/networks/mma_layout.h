@@ -77,4 +77,12 @@ TNN_HD constexpr int handoff_c_elem(int a_reg, int half) { return 2 * (a_reg & 1
 constexpr int kRowPad = 8;
 TNN_HD constexpr int padded_row(int cols) { return cols + kRowPad; }
 
+// The wgmma backward kernel's tiles instead (BackwardPlan::wgmma): rows of 64 16-bit elements (128
+// bytes) without padding, the 16-byte chunk index of row r XORed with r % 8, each tile 1024-byte
+// aligned: PTX's 128-byte swizzle, the layout wgmma reads from shared memory (PTX ISA 9.0, 9.7.15.5.1
+// "Shared Memory Matrix Layout"; bench/wgmma_probe.cu checked it on the H200). Byte offset o = row *
+// 128 + column bytes of the plain layout -> its place. The 8 rows an ldmatrix matrix reads keep their
+// chunk column XOR distinct row residues: 8 different 16-byte bank groups, conflict-free too.
+TNN_HD constexpr int swizzle128(int o) { return o ^ ((o >> 3) & 0x70); }
+
 }  // namespace tnn::mma

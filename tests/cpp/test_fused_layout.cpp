@@ -7,6 +7,7 @@
 
 #include <array>
 #include <set>
+#include <tuple>
 
 using namespace tnn;
 using mma::Coord;
@@ -434,7 +435,15 @@ void check_backward_plan(const ffm::Shape& s, const ffm::BackwardPlan& p, int64_
     if (!p.stash_in_smem) EXPECT_GE(p.stash_bytes_per_block, stash) << what;
     EXPECT_GE(p.dy_stride, s.n_out * 2) << what;
     EXPECT_EQ(p.dy_stride % 32, 16) << what << ": an odd number of 16-byte units keeps the dy reads conflict-free";
-    EXPECT_EQ(p.dz_stride, mma::padded_row(std::max(s.width, s.pout))) << what;
+    if (p.wgmma) {  // 64-column swizzled tiles on 1024-byte boundaries, with 1024 bytes of slack for the base
+        EXPECT_TRUE(p.x_stride == 64 && p.act_stride == 64 && p.dz_stride == 64) << what;
+        EXPECT_TRUE(p.off_x % 1024 == 0 && p.off_stash % 1024 == 0 && p.off_dz % 1024 == 0) << what;
+        EXPECT_TRUE(p.stash_in_smem && p.weights_resident && p.n_warps == ffm::kWgmmaWarps && p.rows_per_warp == 16)
+            << what;
+        EXPECT_LE(p.off_dw + (p.dw_in_smem && want_dw ? s.n_params() * 4 : 0) + 1024, p.smem_bytes) << what;
+    } else {
+        EXPECT_EQ(p.dz_stride, mma::padded_row(std::max(s.width, s.pout))) << what;
+    }
 }
 
 }  // namespace
@@ -652,6 +661,92 @@ TEST(FusedPlan, TwelveWarpBlocksWhereTheKernelAllowsThem) {
     // Two tiles never read dy in place: asked for with it, the plan has one tile.
     const auto d2 = limits(239, 64, 2);
     EXPECT_EQ(ffm::plan_backward(shape(64, 32, 16, 2), 4, 2, Activation::ReLU, true, d, dy, &d2).rows_per_warp, 16);
+}
+
+TEST(FusedPlan, WgmmaKernelForTwelveWarpPlansOfTheShapesItCovers) {
+    // Where the device and the build have it (DeviceLimits::wgmma: sm_90 and sm_90a code), 12-warp plans
+    // of width 64 with at most 64 (padded) inputs and outputs and no bias take the wgmma backward
+    // kernel; never other widths, warps, biases or wider inputs and outputs, never with the override.
+    if (!ffm::backward_reads_dy_in_place(64, true, 1)) return;  // HIP: no 12-warp kernels
+    auto limits = [](bool wgmma, uint32_t width) {
+        auto d = h200_limits(166);
+        d.max_warps_per_block = ffm::backward_max_warps(width, true, 1);
+        d.wgmma = wgmma;
+        return d;
+    };
+    const ffm::Shape s = shape(64, 64, 64, 2);
+    const auto wg = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, limits(true, 64));
+    const auto plain = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, limits(false, 64));
+    EXPECT_TRUE(wg.wgmma);
+    EXPECT_FALSE(plain.wgmma);
+    EXPECT_EQ(wg.n_warps, 12);
+    EXPECT_EQ(plain.n_warps, 12);
+    // Without row padding the 16-bit dL/doutput rows fit next to the tiles (the mma.sync plan reads dy
+    // in place); the fused step drops them again for its target (ffm::gpu_backward).
+    EXPECT_TRUE(wg.dy_in_smem);
+    EXPECT_FALSE(plain.dy_in_smem);
+    ffm::PlanOverride no_dy;
+    no_dy.dy_global = true;
+    const auto wg_in_place = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, limits(true, 64), no_dy);
+    EXPECT_TRUE(wg_in_place.wgmma && !wg_in_place.dy_in_smem);
+    EXPECT_LT(wg_in_place.smem_bytes, plain.smem_bytes) << "no row padding, 1024 bytes of slack";
+    check_backward_plan(s, wg, limits(true, 64).smem_per_block, true);
+    ffm::PlanOverride off;
+    off.no_wgmma = true;
+    EXPECT_FALSE(ffm::plan_backward(s, 4, 2, Activation::ReLU, true, limits(true, 64), off).wgmma);
+    ffm::PlanOverride eight;
+    eight.backward_warps = 8;
+    EXPECT_FALSE(ffm::plan_backward(s, 4, 2, Activation::ReLU, true, limits(true, 64), eight).wgmma);
+    // Forced onto 12 warps, one tile: 3 -> 64 -> 1 (pin 16, pout 16), 64 -> 64 -> 16 with 3 hidden layers,
+    // and 16-bit input; no dL/dparams at all.
+    ffm::PlanOverride twelve;
+    twelve.backward_warps = 12;
+    twelve.backward_m_tiles = 1;
+    for (const auto& [sh, in_bytes, want_dw] :
+         {std::tuple{shape(64, 3, 1, 2), 4, true}, std::tuple{shape(64, 64, 16, 3), 2, true},
+          std::tuple{shape(64, 32, 16, 2), 4, false}}) {
+        const auto p = ffm::plan_backward(sh, in_bytes, 2, Activation::ReLU, want_dw, limits(true, 64), twelve);
+        EXPECT_TRUE(p.wgmma) << sh.n_in << " -> " << sh.n_out;
+        check_backward_plan(sh, p, limits(true, 64).smem_per_block, want_dw);
+    }
+    // Not covered: a bias, more than 64 padded inputs or outputs, another width, another activation.
+    ffm::Shape biased = s;
+    biased.bias = true;
+    for (const ffm::Shape& sh : {biased, shape(64, 65, 16, 2), shape(64, 32, 70, 2)})
+        EXPECT_FALSE(ffm::plan_backward(sh, 4, 2, Activation::ReLU, true, limits(true, 64), twelve).wgmma)
+            << sh.pin << " -> " << sh.pout << (sh.bias ? " bias" : "");
+    EXPECT_FALSE(ffm::plan_backward(shape(32, 32, 16, 2), 4, 2, Activation::ReLU, true, limits(true, 32), twelve).wgmma);
+    EXPECT_FALSE(ffm::plan_backward(shape(64, 16, 16, 1), 4, 2, Activation::Tanh, true, limits(true, 64), twelve).wgmma);
+}
+
+TEST(FusedLayout, SwizzledTilesAreBijectiveAndConflictFree) {
+    // mma::swizzle128 (the wgmma kernel's tiles): within every 1024-byte block (8 rows of 128 bytes) a
+    // permutation of the 16-byte chunks that keeps each chunk's bytes together and each row in its
+    // 128 bytes; an ldmatrix matrix (8 consecutive rows, one 16-byte column) lands in 8 distinct
+    // 16-byte bank groups; and the kernels' step to k-step k of a lane's ldmatrix address, XOR 32 k,
+    // equals the swizzled address of the chunk 2 k further right (k < 4, 1024-byte aligned tiles).
+    std::vector<int> seen(2048, 0);
+    for (int o = 0; o < 2048; ++o) {
+        const int q = mma::swizzle128(o);
+        ASSERT_TRUE(q >= 0 && q < 2048);
+        ++seen[q];
+        EXPECT_EQ(q / 128, o / 128) << o;
+        EXPECT_EQ(q % 16, o % 16) << o;
+    }
+    for (int q = 0; q < 2048; ++q) EXPECT_EQ(seen[q], 1) << q;
+    for (int r0 = 0; r0 < 16; r0 += 8)
+        for (int chunk = 0; chunk < 8; ++chunk) {
+            std::set<int> groups;
+            for (int r = r0; r < r0 + 8; ++r) groups.insert(mma::swizzle128(r * 128 + chunk * 16) / 16 % 8);
+            EXPECT_EQ(groups.size(), 8u) << "rows " << r0 << ".., chunk " << chunk;
+        }
+    for (int lane = 0; lane < 32; ++lane)
+        for (auto p : {mma::X4Pattern::kRowsFirst, mma::X4Pattern::kColsFirst}) {
+            const mma::Coord c = mma::x4_lane_address(lane, p);
+            const int base = mma::swizzle128(c.row * 128 + c.col * 2);
+            for (int k = 0; k < 4; ++k)
+                EXPECT_EQ(base ^ (32 * k), mma::swizzle128(c.row * 128 + (c.col + 16 * k) * 2)) << lane << " " << k;
+        }
 }
 
 TEST(FusedPlan, TwoMTilesPerWarpInTheBackwardUpToWidth64) {

@@ -379,6 +379,79 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
         }
 }
 
+#ifdef TNN_WITH_CUDA
+TEST(FullyFusedMlpGpuPlans, WgmmaBackwardEqualsTheMmaSyncKernelBitForBit) {
+    // The wgmma backward kernel (BackwardPlan::wgmma: swizzled tiles, dW by wgmma) against the mma.sync
+    // kernel it replaces, on the same 12-warp plan otherwise: dL/dparams, dL/dinput and the fused
+    // step's loss values, bit for bit (wgmma accumulates the same products in the same order), for
+    // both dtypes, inputs narrower than 64 (zero-padded columns of the tiles), 1 to 64 outputs, three
+    // hidden layers, 16-bit input, batches with tails and of one block. The CPU-reference tests run it
+    // wherever the planner takes it (the 12-warp overrides and the default of 64->64->64).
+    TNN_SKIP_WITHOUT_GPU();
+    const bool available = ffm::wgmma_backward_available(0, DType::f16);
+#ifdef TNN_TEST_EXPECT_WGMMA
+    if (gpu::device_properties(0).capability == gpu::kCcHopper)
+        ASSERT_TRUE(available) << "an sm_90a build on an sm_90 GPU must have the wgmma backward kernel";
+#endif
+    if (!available) GTEST_SKIP() << "no wgmma backward kernel on this device / build";
+    EXPECT_TRUE(ffm::wgmma_backward_available(0, DType::bf16));
+    std::vector<FusedCase> cases = {
+        case_named("w64_64to64_batch4099"),
+        case_named("w64_32to16_batch65537"),
+        {"w64_3to1_batch777", 3, 1, 64, 2, "ReLU", "None", false, 777, false, false, false, true},
+        {"w64_64to16_h3_16bit_in_batch5000", 64, 16, 64, 3, "ReLU", "None", false, 5000, true, false, false, true},
+        {"w64_17to33_f32out_batch100", 17, 33, 64, 1, "ReLU", "None", false, 100, false, true, false, true},
+        {"w64_32to2_batch1", 32, 2, 64, 2, "ReLU", "None", false, 1, false, false, false, true},
+    };
+    ffm::PlanOverride wg;
+    wg.backward_warps = 12, wg.backward_m_tiles = 1;
+    ffm::PlanOverride plain = wg;
+    plain.no_wgmma = true;
+    const Device dev = Device::gpu(0);
+    for (const FusedCase& c : cases)
+        for (DType dtype : {DType::f16, DType::bf16}) {
+            const std::string what = msg(c.name, " ", dtype_name(dtype));
+            const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
+            const FusedData d = make_data(c, *net, 41);
+            FusedResult r[2];
+            for (int i = 0; i < 2; ++i) {
+                OverrideScope scope(i == 0 ? wg : plain);
+                TestStream stream(dev);
+                r[i] = run_gpu(*net, stream, d, false, nullptr);
+            }
+            expect_same_bits(to_floats(r[0].dL_dparams), to_floats(r[1].dL_dparams), what + " dL/dparams");
+            expect_same_bits(to_floats(r[0].dL_dinput), to_floats(r[1].dL_dinput), what + " dL/dinput");
+            // The fused training step (L2), with and without dL/dinput.
+            const auto loss = create_loss({{"otype", "L2"}});
+            const Tensor target_host =
+                host_tensor(draw(size_t(c.batch) * c.n_out, 1.0, false, 43), c.batch, c.n_out, DType::f32);
+            for (const bool with_dx : {true, false}) {
+                std::vector<float> values[2], dx[2], dp[2];
+                for (int i = 0; i < 2; ++i) {
+                    OverrideScope scope(i == 0 ? wg : plain);
+                    TestStream stream(dev);
+                    const Tensor x = to_device(d.x, dev), p = to_device(d.params, dev), t = to_device(target_host, dev);
+                    Tensor v(c.batch, c.n_out, DType::f32, dev), g(c.batch, c.n_in, d.x.dtype(), dev);
+                    Tensor gp(1, int64_t(net->n_params()), dtype, dev);
+                    fill(stream, v.view(), 7.0);
+                    fill(stream, g.view(), 7.0);
+                    View gv = g.view();
+                    ffm::fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(),
+                                             with_dx ? &gv : nullptr, gp.data(), p.data());
+                    stream.stream().synchronize();
+                    values[i] = to_floats(v.to(Device::cpu(), stream));
+                    dx[i] = to_floats(g.to(Device::cpu(), stream));
+                    dp[i] = to_floats(gp.to(Device::cpu(), stream));
+                }
+                const std::string how = what + (with_dx ? " fused step" : " fused step without dL/dinput");
+                expect_same_bits(values[0], values[1], how + " loss values");
+                expect_same_bits(dx[0], dx[1], how + " dL/dinput");
+                expect_same_bits(dp[0], dp[1], how + " dL/dparams");
+            }
+        }
+}
+#endif  // TNN_WITH_CUDA
+
 TEST(FullyFusedMlpGpuProps, TrainingIsBitwiseReproducible) {
     TNN_SKIP_WITHOUT_GPU();
     for (const char* name : {"w64_32to16_batch65537", "silu_silu_w32_16bit_io", "tanh_sigmoid_w128_pads17"}) {
