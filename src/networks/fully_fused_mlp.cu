@@ -222,7 +222,9 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     auto grid_of = [&](const BackwardPlan& p) {
         constexpr int64_t kScratchCap = int64_t(256) << 20;
         int g = grid_size(a.rows, int64_t(p.n_warps) * p.rows_per_warp, sm_count, p.blocks_per_sm);
-        if (dL_dparams) g = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, kScratchCap / (n_params * 4))));
+        if (dL_dparams)
+            g = static_cast<int>(
+                std::max<int64_t>(1, std::min<int64_t>(g, kScratchCap / (n_params * 4 * backward_dw_slots(p)))));
         if (!p.stash_in_smem)
             g = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, kScratchCap / p.stash_bytes_per_block)));
         return g;
@@ -284,14 +286,14 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
 
     // One block (small batches): the kernel writes dL/dparams itself; no partials (unless its
     // accumulators live in global memory) and no reduction launch.
-    const bool direct = dL_dparams && grid == 1;
+    const bool direct = dL_dparams && grid == 1 && backward_dw_slots(a.bwd) == 1;
     if (direct) {
         a.grads = dL_dparams;
         a.accumulate = mode == GradMode::accumulate;
     }
     Buffer partials, stash;
     if (dL_dparams && (!direct || !a.bwd.dw_in_smem)) {
-        partials = Buffer::temporary(stream, static_cast<size_t>(grid) * n_params * sizeof(float));
+        partials = Buffer::temporary(stream, static_cast<size_t>(grid) * backward_dw_slots(a.bwd) * n_params * sizeof(float));
         a.dw_partials = partials.ptr<float>();
     }
     if (!a.bwd.stash_in_smem) {
@@ -303,12 +305,13 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         const auto s = gpu::native_stream(stream);
         const unsigned blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(n_params, 32));
         const bool accumulate = mode == GradMode::accumulate;
+        const int n_slots = grid * backward_dw_slots(a.bwd);  // block b's slots b * slots .. : a fixed order
         if (dtype == DType::f16)
             fully_fused_mlp_reduce_kernel<gpu_half><<<blocks, 32 * kReduceSlices, 0, s>>>(
-                a.dw_partials, grid, a.shape, static_cast<gpu_half*>(dL_dparams), accumulate);
+                a.dw_partials, n_slots, a.shape, static_cast<gpu_half*>(dL_dparams), accumulate);
         else
             fully_fused_mlp_reduce_kernel<gpu_bf16><<<blocks, 32 * kReduceSlices, 0, s>>>(
-                a.dw_partials, grid, a.shape, static_cast<gpu_bf16*>(dL_dparams), accumulate);
+                a.dw_partials, n_slots, a.shape, static_cast<gpu_bf16*>(dL_dparams), accumulate);
         TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_reduce_kernel");
     }
 }

@@ -55,12 +55,14 @@ constexpr bool backward_reads_dy_in_place(uint32_t width, bool relu, int m_tiles
 // The wgmma flavour of the backward kernel (NVIDIA sm_90a: Hopper's warpgroup MMA). It is the 12-warp
 // ReLU / linear-output kernel of width 64 with its input, activation and dz tiles in a 128-byte-swizzled
 // layout (rows of 64 elements, 16-byte chunk index XOR row % 8: the canonical layout wgmma reads from
-// shared memory, bench/wgmma_probe.cu), and the weight gradients of each layer computed by one
-// warpgroup with wgmma m64n64k16 over the block's 192 rows instead of 16 units of mma.sync spread over
-// the 12 warps. Its results equal the mma.sync kernel's bit for bit (the probe measured wgmma's fp32
-// accumulation to equal mma.sync's; the GPU tests compare the two kernels). The planner takes it for
-// 12-warp plans of shapes it covers (wgmma_backward_shape) on devices and builds that have it
-// (DeviceLimits::wgmma), unless PlanOverride::no_wgmma.
+// shared memory, bench/wgmma_probe.cu), and the weight gradients computed per warpgroup: each of the 3
+// warpgroups adds the dW of its own 64 rows (wgmma m64n32k16, K = 64) to its own partial slot in global
+// memory (backward_dw_slots; the reduction sums them with the blocks' in a fixed order), so the layers
+// of the backward pass need no block-wide barrier, only one per warpgroup. Deterministic, and the fused
+// step equals the unfused one bit for bit (same kernel); dL/dinput and the loss values equal the
+// mma.sync kernel's bit for bit, dL/dparams only to rounding (the dW sums are grouped by 64 rows).
+// The planner takes it for 12-warp plans of shapes it covers (wgmma_backward_shape) with dW in global
+// memory, on devices and builds that have it (DeviceLimits::wgmma), unless PlanOverride::no_wgmma.
 constexpr int kWgmmaWarps = 12;
 constexpr bool wgmma_backward_shape(int width, int pin, int pout, bool bias) {
     return width == 64 && pin <= 64 && pout <= 64 && !bias;
@@ -217,7 +219,8 @@ struct BackwardPlan {
     bool dy_in_smem = true;     // dL/doutput (or the staged target) in shared memory, else read from
                                 // global memory by the output layer (no dy region)
     bool wgmma = false;         // the wgmma kernel (wgmma_backward_shape): x, stash and dz tiles of 64
-                                // columns swizzled, 1024-byte aligned from a 1024-byte aligned base
+                                // columns swizzled, 1024-byte aligned from a 1024-byte aligned base;
+                                // backward_dw_slots partial slots per block
     int64_t off_weights = 0, off_raw = 0, off_dy = 0, off_x = 0, off_stash = 0, off_awork = 0, off_dz = 0,
             off_dw = 0, smem_bytes = 0;
     int raw_stride = 0, dy_stride = 0;      // bytes per row
@@ -228,6 +231,10 @@ struct BackwardPlan {
 };
 
 // What the planner may use. smem_per_sm and regs_* are for the occupancy estimate only.
+// Weight-gradient partial slots (n_params floats each) a backward block of plan p writes:
+// one per warpgroup in the wgmma kernel, else one.
+inline int backward_dw_slots(const BackwardPlan& p) { return p.wgmma ? kWgmmaWarps / 4 : 1; }
+
 struct DeviceLimits {
     int64_t smem_per_block = 0, smem_per_sm = 0;
     int regs_per_sm = 65536, regs_per_thread = 128, max_warps_per_sm = 64;

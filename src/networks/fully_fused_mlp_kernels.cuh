@@ -135,44 +135,52 @@ __device__ __forceinline__ void wgmma_wait_all() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
 }
+__device__ __forceinline__ void wgmma_wait_pending1() {
+#if TNN_FFM_WGMMA_BUILT
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+#endif
+}
+// Barrier of the 4 warps of warpgroup g (named barrier 1 + g; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_barrier(int g) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + g) : "memory"); }
 // Generic-proxy shared stores made visible to the tensor cores' (async proxy) reads after the next barrier.
 __device__ __forceinline__ void fence_proxy_async_smem() {
 #if TNN_FFM_WGMMA_BUILT
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
-// Shared-memory matrix descriptor of a swizzled tile at byte address addr: 128-byte swizzle (bits
-// 62-63 = 1), 1024 bytes between 8-row groups (SBO, bits 32-45, in 16-byte units); the other stride
-// (LBO) is unused with 64 columns (the probe: any value gives the same result).
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) {
-    return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
+// Shared-memory matrix descriptors of swizzled tiles: the low 32 bits carry the byte address / 16
+// (bits 0-13) and no leading-dimension offset (unused with 64 columns: the probe gave the same result
+// for any value); the high 32 bits are constant: 1024 bytes between 8-row groups (SBO, in 16-byte
+// units) and the 128-byte swizzle (bits 62-63 = 1). wgmma_desc_lo gives the low half; the wrapper below
+// builds the descriptor from it, so that the k-steps cost one 32-bit add each.
+constexpr uint32_t kWgmmaDescHi = (1024u >> 4) | (1u << 30);
+__device__ __forceinline__ uint32_t wgmma_desc_lo(uint32_t addr) { return (addr & 0x3FFFF) >> 4; }
 // d (64 x 32 fp32 over the warpgroup; this warp's rows 16 (warp % 4) .. + 15 in mma.sync C-fragment
-// order, n8 tile j in d[4 j .. 4 j + 3]) = A * B (+ d when accumulate), A = the first operand's
-// transpose and B the second one's rows: [16 rows][64] swizzled tiles (M-major A, N-major B; B's
-// descriptor may start 64 bytes into the rows for columns 32..63: the swizzle applies to the final
-// addresses). m64n32 rather than m64n64: 16 accumulators a thread, which the 168-register kernel has.
+// order, n8 tile j in d[4 j .. 4 j + 3]) += A * B, A the first tile's transpose and B the second tile's
+// rows: [16 rows][64] swizzled tiles (M-major A, N-major B; B may start 64 bytes into its rows for
+// columns 32..63: the swizzle applies to the final addresses). m64n32 rather than m64n64: 16
+// accumulators a thread, which the 168-register kernel has room for.
 template <typename T>
-__device__ __forceinline__ void wgmma_m64n32k16_tt(float (&d)[16], uint64_t adesc, uint64_t bdesc, bool accumulate) {
+__device__ __forceinline__ void wgmma_m64n32k16_tt(float (&d)[16], uint32_t a_lo, uint32_t b_lo) {
 #if TNN_FFM_WGMMA_BUILT
-#define TNN_FFM_WG_ARGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 1, 1;\n}\n"
+#define TNN_FFM_WG_ARGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, da, db, 1, 1, 1, 1, 1;\n}\n"
+#define TNN_FFM_WG_HEAD "{\n.reg .b64 da, db;\nmov.b64 da, {%16, %18};\nmov.b64 db, {%17, %18};\n"
 #define TNN_FFM_WG_OUT                                                                                          \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
     if constexpr (std::is_same_v<T, gpu_half>)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " TNN_FFM_WG_ARGS
+        asm volatile(TNN_FFM_WG_HEAD "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " TNN_FFM_WG_ARGS
                      : TNN_FFM_WG_OUT
-                     : "l"(adesc), "l"(bdesc), "r"(int(accumulate)));
+                     : "r"(a_lo), "r"(b_lo), "r"(kWgmmaDescHi));
     else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " TNN_FFM_WG_ARGS
+        asm volatile(TNN_FFM_WG_HEAD "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " TNN_FFM_WG_ARGS
                      : TNN_FFM_WG_OUT
-                     : "l"(adesc), "l"(bdesc), "r"(int(accumulate)));
+                     : "r"(a_lo), "r"(b_lo), "r"(kWgmmaDescHi));
 #undef TNN_FFM_WG_ARGS
+#undef TNN_FFM_WG_HEAD
 #undef TNN_FFM_WG_OUT
 #else
-    (void)d, (void)adesc, (void)bdesc, (void)accumulate;
+    (void)d, (void)a_lo, (void)b_lo;
     __trap();
 #endif
 }
@@ -1120,41 +1128,37 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
         dw_units<T, 1, 1, PREFETCH>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
 }
 
-// The wgmma kernel's dW of one layer, by the calling warpgroup (warps 4 g .. 4 g + 3, lane, w4 = warp
-// % 4): dW[out][in] += DZ^T ACT over the block's R rows, DZ and ACT swizzled [R][64] tiles (columns
-// past out / in hold anything: the rows and columns of the product they reach are not stored). Per
-// 32 columns, R / 16 wgmma m64n32k16 accumulating in k-step order: the same sums in the same order as
-// the mma.sync units of dw_units (bit for bit: bench/wgmma_probe.cu, and the GPU tests compare the two
-// kernels). Warp w4 holds rows 16 w4 .. 16 w4 + 15 of the product in C-fragment order, i.e. the
+// The wgmma kernel's dW of one layer over the calling warpgroup's R rows (lane, w4 = warp % 4): its
+// slot (dw, the warpgroup's own) += DZ^T ACT, DZ and ACT the warpgroup's rows of swizzled [rows][64]
+// tiles (1024-byte aligned; columns past out / in hold anything: the rows and columns of the product
+// they reach are not stored). Per 32 columns, R / 16 wgmma m64n32k16 accumulating in k-step order
+// from 0; warp w4 holds rows 16 w4 .. 16 w4 + 15 of the product in C-fragment order, i.e. the
 // accumulators of C tiles (w4, j) in fragment order (Shape::fragment_index), added to the slot as
-// dw_units adds its units'.
+// dw_units adds its units'. The k-loop issues one wgmma per step and lets two be in flight (fence,
+// commit, wait for all but one), as GEMM main loops do: unrolled, ptxas spilled at the kernel's 168
+// registers; rolled with one commit at the end, it waited for every wgmma before the next
+// (WARPGROUP.DEPBAR after each HGMMA: run 33 of 2026-11-30).
 template <typename T, int R>
-__device__ __forceinline__ void dw_layer_wgmma(const T* dz, const T* act, int out, int in, const DwTarget& dw, int lane,
-                                               int w4) {
-    const uint64_t a0 = wgmma_desc(smem_addr(dz)), b0 = wgmma_desc(smem_addr(act));
+__device__ __forceinline__ void dw_layer_wgmma(const T* dz, const T* act, int out, int in, float* dw, int lane, int w4) {
+    const uint32_t a0 = wgmma_desc_lo(smem_addr(dz)), b0 = wgmma_desc_lo(smem_addr(act));
     const bool rows = 16 * w4 < out;
-    // Columns [32 h, 32 h + 32) of the product: B from 64 bytes into its rows for h = 1. The k-loop is
-    // not unrolled: unrolled (and with m64n64), ptxas spilled at the kernel's 168 registers. Every
-    // k-step accumulates onto d = 0, as mma.sync's units start from C = 0 (the probe's configuration).
-    // The two halves each wait for their wgmmas before the slot update.
-    for (int h = 0; h < 2 && 32 * h < in; ++h) {
+    for (int h = 0; h < 2 && 32 * h < in; ++h) {  // columns [32 h, 32 h + 32): B from 64 bytes into its rows
         float d[16];
 #pragma unroll
         for (int i = 0; i < 16; ++i) d[i] = 0.0f;
-        wgmma_fence();
 #pragma unroll 1
-        for (int k = 0; k < R / 16; ++k)  // 16 rows = 2048 bytes = 128 in the descriptor's address field
-            wgmma_m64n32k16_tt<T>(d, a0 + uint64_t(128 * k), b0 + uint64_t(128 * k + 4 * h), true);
-        wgmma_commit();
+        for (int k = 0; k < R / 16; ++k) {  // 16 rows = 2048 bytes = 128 in the descriptor's address field
+            wgmma_fence();
+            wgmma_m64n32k16_tt<T>(d, a0 + 128 * k, b0 + 128 * k + 4 * h);
+            wgmma_commit();
+            wgmma_wait_pending1();
+        }
         wgmma_wait_all();
         if (!rows) continue;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             if (8 * (4 * h + j) >= in) break;
-            const int64_t o = dw_fragment_offset(0, 32 * h, w4, j, in, lane);
-            const float(&a)[4] = *reinterpret_cast<const float(*)[4]>(d + 4 * j);
-            if (dw.in_smem) add4(dw.smem + o, a);
-            else add4(dw.global + o, a);
+            add4(dw + dw_fragment_offset(0, 32 * h, w4, j, in, lane), *reinterpret_cast<const float(*)[4]>(d + 4 * j));
         }
     }
 }
@@ -1197,7 +1201,10 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     T* const stash_global = reinterpret_cast<T*>(static_cast<char*>(args.stash) + blockIdx.x * p.stash_bytes_per_block);
     T* awork = reinterpret_cast<T*>(smem + p.off_awork);
     T* DZ = reinterpret_cast<T*>(smem + p.off_dz);
-    float* dw = p.dw_in_smem ? reinterpret_cast<float*>(smem + p.off_dw) : args.dw_partials + blockIdx.x * s.n_params();
+    // The wgmma kernel keeps one partial slot per warpgroup (backward_dw_slots), in global memory.
+    constexpr int kSlots = WG ? kWgmmaWarps / 4 : 1;
+    float* dw = p.dw_in_smem ? reinterpret_cast<float*>(smem + p.off_dw)
+                             : args.dw_partials + int64_t(blockIdx.x) * kSlots * s.n_params();
     const DwTarget dw_target{p.dw_in_smem, reinterpret_cast<float*>(smem + p.off_dw),
                              args.dw_partials + blockIdx.x * s.n_params()};
     const int64_t tile_elems = int64_t(R) * p.act_stride, dz_elems = int64_t(R) * p.dz_stride;
@@ -1234,7 +1241,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     };
 
     if (want_dw)
-        for (int64_t i = threadIdx.x; i < s.n_params() / 4; i += blockDim.x)
+        for (int64_t i = threadIdx.x; i < kSlots * s.n_params() / 4; i += blockDim.x)
             reinterpret_cast<float4*>(dw)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (p.weights_resident)
         for (int l = 0; l <= L; ++l) load_slot<T>(args, l, wsm + s.slot_offset(l));
@@ -1431,14 +1438,20 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                     act_src = aw;
                 }
             }
-            if constexpr (WG) fence_proxy_async_smem();  // this thread's tile stores -> the wgmmas after the barrier
-            __syncthreads();
             if constexpr (WG) {
-                // One warpgroup per layer, round robin from the top layer: the others go on to the chain.
-                if (want_dw && warp / 4 == (L - l) % (kWgmmaWarps / 4))
-                    dw_layer_wgmma<T, kWgmmaWarps * 16>(dz_cur, act_src, out, in, dw_target.offset(s.weight_offset(l)),
-                                                        lane, warp % 4);
-            } else if (want_dw) {
+                // Each warpgroup: the dW of its own 64 rows into its own slot. Only its 4 warps wrote
+                // those rows of dz and of the layer input: a warpgroup barrier, no block-wide one (after
+                // the fence that makes this thread's tile stores visible to the wgmmas).
+                const int g = warp / 4;
+                fence_proxy_async_smem();
+                warpgroup_barrier(g);
+                if (want_dw)
+                    dw_layer_wgmma<T, 64>(dz_cur + g * 64 * DS, act_src + g * 64 * AS, out, in,
+                                          dw + (int64_t(g) * s.n_params() + s.weight_offset(l)), lane, warp % 4);
+            } else {
+                __syncthreads();
+            }
+            if (!WG && want_dw) {  // (WG: above)
                 // One call per kind of layer, so that the hidden layers' pitches and sizes are constants.
                 const DwTarget dwl = dw_target.offset(s.weight_offset(l));
                 float* dbl = s.bias ? dw + s.bias_offset(l) : nullptr;
@@ -1634,7 +1647,8 @@ template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args
             const Shape& sh = args.shape;
             if constexpr (W == 64 && MT == 1) {
                 if (!args.relu || args.bwd.n_warps != kWgmmaWarps || !args.bwd.weights_resident ||
-                    !args.bwd.stash_in_smem || !wgmma_backward_shape(sh.width, sh.pin, sh.pout, sh.bias))
+                    !args.bwd.stash_in_smem || args.bwd.dw_in_smem || args.grads ||
+                    !wgmma_backward_shape(sh.width, sh.pin, sh.pout, sh.bias))
                     throw Error(msg("FullyFusedMLP: a wgmma backward plan for a shape or block it does not cover (",
                                     args.bwd.n_warps, " warps, ", sh.pin, " -> ", sh.width, " -> ", sh.pout, ")"));
                 fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT, true><<<grid, block, args.bwd.smem_bytes, s>>>(args);

@@ -440,6 +440,8 @@ void check_backward_plan(const ffm::Shape& s, const ffm::BackwardPlan& p, int64_
         EXPECT_TRUE(p.off_x % 1024 == 0 && p.off_stash % 1024 == 0 && p.off_dz % 1024 == 0) << what;
         EXPECT_TRUE(p.stash_in_smem && p.weights_resident && p.n_warps == ffm::kWgmmaWarps && p.rows_per_warp == 16)
             << what;
+        EXPECT_FALSE(p.dw_in_smem) << what << ": per-warpgroup dW partials in global memory";
+        EXPECT_EQ(ffm::backward_dw_slots(p), 3) << what;
         EXPECT_LE(p.off_dw + (p.dw_in_smem && want_dw ? s.n_params() * 4 : 0) + 1024, p.smem_bytes) << what;
     } else {
         EXPECT_EQ(p.dz_stride, mma::padded_row(std::max(s.width, s.pout))) << what;
@@ -697,11 +699,20 @@ TEST(FusedPlan, WgmmaKernelForTwelveWarpPlansOfTheShapesItCovers) {
     ffm::PlanOverride eight;
     eight.backward_warps = 8;
     EXPECT_FALSE(ffm::plan_backward(s, 4, 2, Activation::ReLU, true, limits(true, 64), eight).wgmma);
-    // Forced onto 12 warps, one tile: 3 -> 64 -> 1 (pin 16, pout 16), 64 -> 64 -> 16 with 3 hidden layers,
-    // and 16-bit input; no dL/dparams at all.
     ffm::PlanOverride twelve;
     twelve.backward_warps = 12;
     twelve.backward_m_tiles = 1;
+    twelve.dw_in_global = true;  // (small networks would keep dW on chip, with the mma.sync kernel)
+    // Forced onto 12 warps, one tile, dW in global memory: 3 -> 64 -> 1 (pin 16, pout 16), 64 -> 64 -> 16
+    // with 3 hidden layers and 16-bit input; no dL/dparams at all. Where dW fits on chip, the plan keeps it
+    // there with the mma.sync kernel.
+    {
+        ffm::PlanOverride on_chip = twelve;
+        on_chip.dw_in_global = false;
+        const auto p = ffm::plan_backward(shape(64, 3, 1, 2), 4, 2, Activation::ReLU, true, limits(true, 64), on_chip);
+        EXPECT_TRUE(p.dw_in_smem && !p.wgmma);
+        EXPECT_EQ(ffm::backward_dw_slots(p), 1);
+    }
     for (const auto& [sh, in_bytes, want_dw] :
          {std::tuple{shape(64, 3, 1, 2), 4, true}, std::tuple{shape(64, 64, 16, 3), 2, true},
           std::tuple{shape(64, 32, 16, 2), 4, false}}) {
