@@ -140,6 +140,21 @@ __device__ __forceinline__ void wgmma_wait_pending1() {
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 #endif
 }
+// *p += a (4 floats, 16-byte aligned, global memory) without waiting for the old values: the slot's
+// read-modify-write done in L2 (red.global.add.v4.f32, sm_90). Each element of a slot has one writer
+// thread, so the adds to it happen in that thread's program order, each rounded to nearest as the
+// load-add-store it replaces (which left 30% of the wgmma kernel's stall samples waiting for the loads:
+// run 35 of 2026-11-30); unlike it, a subnormal sum or addend is flushed to zero (PTX's rule for f32
+// reductions), an absolute difference below 2^-126.
+__device__ __forceinline__ void red_add4(float* p, const float (&a)[4]) {
+#if TNN_FFM_WGMMA_BUILT
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a[0]), "f"(a[1]), "f"(a[2]), "f"(a[3])
+                 : "memory");
+#else
+    (void)p, (void)a;
+    __trap();
+#endif
+}
 // Barrier of the 4 warps of warpgroup g (named barrier 1 + g; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_barrier(int g) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + g) : "memory"); }
 // Generic-proxy shared stores made visible to the tensor cores' (async proxy) reads after the next barrier.
@@ -1133,8 +1148,8 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
 // tiles (1024-byte aligned; columns past out / in hold anything: the rows and columns of the product
 // they reach are not stored). Per 32 columns, R / 16 wgmma m64n32k16 accumulating in k-step order
 // from 0; warp w4 holds rows 16 w4 .. 16 w4 + 15 of the product in C-fragment order, i.e. the
-// accumulators of C tiles (w4, j) in fragment order (Shape::fragment_index), added to the slot as
-// dw_units adds its units'. The k-loop issues one wgmma per step and lets two be in flight (fence,
+// accumulators of C tiles (w4, j) in fragment order (Shape::fragment_index), added to the slot with
+// red_add4. The k-loop issues one wgmma per step and lets two be in flight (fence,
 // commit, wait for all but one), as GEMM main loops do: unrolled, ptxas spilled at the kernel's 168
 // registers; rolled with one commit at the end, it waited for every wgmma before the next
 // (WARPGROUP.DEPBAR after each HGMMA: run 33 of 2026-11-30).
@@ -1158,7 +1173,7 @@ __device__ __forceinline__ void dw_layer_wgmma(const T* dz, const T* act, int ou
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             if (8 * (4 * h + j) >= in) break;
-            add4(dw + dw_fragment_offset(0, 32 * h, w4, j, in, lane), *reinterpret_cast<const float(*)[4]>(d + 4 * j));
+            red_add4(dw + dw_fragment_offset(0, 32 * h, w4, j, in, lane), *reinterpret_cast<const float(*)[4]>(d + 4 * j));
         }
     }
 }
