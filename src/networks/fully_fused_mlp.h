@@ -234,6 +234,11 @@ struct BackwardPlan {
 // Weight-gradient partial slots (n_params floats each) a backward block of plan p writes:
 // one per warpgroup in the wgmma kernel, else one.
 inline int backward_dw_slots(const BackwardPlan& p) { return p.wgmma ? kWgmmaWarps / 4 : 1; }
+// Whether two backward plans of one network, launched over the same rows with grids grid_a and
+// grid_b, sum dW over the same rows in the same order (the same kernel kind, rows per block and
+// blocks): the fused training step may run the unfused step's plan only as such a variant (another
+// target staging, dy rows or not), so that its dL/dparams equal the unfused step's bit for bit.
+bool same_dw_order(const BackwardPlan& a, int grid_a, const BackwardPlan& b, int grid_b);
 
 struct DeviceLimits {
     int64_t smem_per_block = 0, smem_per_sm = 0;
@@ -290,7 +295,7 @@ struct KernelArgs {
     bool dy_vec2 = false;          // dy rows (BackwardPlan::dy_in_smem false: read in place) aligned for pair loads
     void* dx = nullptr;            // dL/dinput (optional), dtype of the input
     int64_t dx_stride = 0;
-    float* dw_partials = nullptr;  // [gridDim.x][n_params] fp32, fragment order (Shape::fragment_index)
+    float* dw_partials = nullptr;  // [gridDim.x * backward_dw_slots][n_params] fp32, fragment order (Shape::fragment_index)
     void* grads = nullptr;         // gridDim.x == 1: dL/dparams (network dtype) written by the kernel itself
     bool accumulate = false;       // ... added to (GradMode::accumulate) instead of overwritten
     void* stash = nullptr;         // [gridDim.x][stash_bytes_per_block] when the stash is global
@@ -341,8 +346,12 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
                   View* dL_dinput, void* dL_dparams, const void* params, GradMode mode,
                   const FusedLoss* loss = nullptr);
 // Whether the wgmma backward kernel of `dtype` runs on GPU `device` (DeviceLimits::wgmma): an sm_90
-// device and a build whose loaded module holds sm_90a code (the GPU tests check it on the H200).
+// device and a build with sm_90a machine code and no plain sm_90 code (TNN_CUDA_WGMMA, set by CMake;
+// the GPU tests check it on the H200).
 bool wgmma_backward_available(int device, DType dtype);
+// The backward plan the last gpu_backward call of this process launched (a test hook: which kernel,
+// tiles and target mode a call took).
+BackwardPlan last_backward_plan();
 #endif  // TNN_WITH_GPU
 
 // ---- The fused training step for the Trainer (src/model/trainer.cpp). can_fuse_loss: `model` is a

@@ -15,7 +15,9 @@
 // dz^T a over the tile for its share of dW (ldmatrix.trans on both operands) into fp32 accumulators
 // private to the block, and chains dz through W^T (ldmatrix.trans) in registers. Each block writes
 // its accumulators once; fully_fused_mlp_reduce_kernel sums the blocks in a fixed order (a single
-// block writes dL/dparams itself).
+// block writes dL/dparams itself). The wgmma flavour of the 12-warp width-64 kernel (sm_90a, template
+// WG; fully_fused_mlp.h) instead keeps its tiles swizzled and lets each warpgroup add the dW of its own
+// 64 rows (wgmma) to its own slot in global memory, with a warpgroup barrier per layer, none block-wide.
 //
 // Each kernel comes in two flavours (template RELU, see with_hidden_activation): compiled for ReLU
 // hidden layers with a linear output, or switching the activation at run time.
@@ -115,9 +117,11 @@ template <bool SW, typename T> __device__ __forceinline__ T* tile_at(T* tile, in
 #else
 #define TNN_FFM_WGMMA_BUILT 0
 #endif
-// Read by the host (Kernels::backward_info) from the module the driver loaded: whether its wgmma
-// kernel holds the instructions or only traps (a build without sm_90a code).
-static __device__ int g_ffm_wgmma_built = TNN_FFM_WGMMA_BUILT;
+// The host knows whether the module the driver loads on an sm_90 device holds the wgmma instructions
+// from TNN_CUDA_WGMMA, which CMake defines when the architectures include sm_90a machine code and no
+// plain sm_90 machine code (then the sm_90a code is the only code for such a device; other devices
+// never take the kernel). A device-side flag read back at run time would need a copy, which a CUDA
+// graph capture in progress refuses.
 
 // wgmma pieces (PTX ISA 9.7.15). Without sm_90a they trap; the planner never picks the kernel then.
 __device__ __forceinline__ void wgmma_fence() {
@@ -144,8 +148,8 @@ __device__ __forceinline__ void wgmma_wait_pending1() {
 // read-modify-write done in L2 (red.global.add.v4.f32, sm_90). Each element of a slot has one writer
 // thread, so the adds to it happen in that thread's program order, each rounded to nearest as the
 // load-add-store it replaces (which left 30% of the wgmma kernel's stall samples waiting for the loads:
-// run 35 of 2026-11-30); unlike it, a subnormal sum or addend is flushed to zero (PTX's rule for f32
-// reductions), an absolute difference below 2^-126.
+// run 35 of 2026-11-30); unlike it, subnormal operands and sums are flushed to zero (PTX's rule for f32
+// reductions): at most 2^-126 absolute per add, i.e. (adds to the element) x 2^-126 over a sum.
 __device__ __forceinline__ void red_add4(float* p, const float (&a)[4]) {
 #if TNN_FFM_WGMMA_BUILT
     asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a[0]), "f"(a[1]), "f"(a[2]), "f"(a[3])
@@ -1193,7 +1197,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     constexpr bool kDyInPlace = backward_reads_dy_in_place(W, RELU, MT);
     // Row pitches (elements) known at compile time: the stash tiles and the dz tiles of the hidden
     // layers (the planner's act_stride; the dz region is planned for max(W, pout) + 8 and the top
-    // layer's dz, pout columns wide, uses p.dz_stride).
+    // layer's dz, pout columns wide, uses p.dz_stride). The wgmma kernel's tiles all have 64 columns.
     constexpr int AS = WG ? 64 : W + 8, DS = WG ? 64 : W + 8;
     extern __shared__ __align__(16) char smem_base[];
     // The wgmma kernel's tiles need 1024-byte alignment: its plan asked for 1024 bytes more.
@@ -1624,16 +1628,15 @@ template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_sme
         constexpr int MT = decltype(mt)::value;
         info = relu ? kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT>, max_smem)
                     : kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT>, max_smem);
+#if defined(TNN_CUDA_WGMMA)
         if constexpr (W == 64 && MT == 1) {
             if (relu) {
-                // The wgmma flavour: its own attributes (the same launch bounds) and whether the module
-                // the driver loaded for this device holds its instructions.
+                // The wgmma flavour: its own attributes (the same launch bounds; no spills expected).
                 const KernelInfo wg = kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT, true>, max_smem);
-                int built = 0;
-                TNN_GPU_CHECK(cudaMemcpyFromSymbol(&built, g_ffm_wgmma_built, sizeof(int)));
-                info.wgmma = built == 1 && wg.max_warps == kWgmmaWarps;
+                info.wgmma = wg.max_warps == kWgmmaWarps && wg.local_bytes == 0;
             }
         }
+#endif  // TNN_CUDA_WGMMA
     });
     return info;
 }
