@@ -123,26 +123,18 @@ template <bool SW, typename T> __device__ __forceinline__ T* tile_at(T* tile, in
 // never take the kernel). A device-side flag read back at run time would need a copy, which a CUDA
 // graph capture in progress refuses.
 
-// wgmma pieces (PTX ISA 9.7.15). Without sm_90a they trap; the planner never picks the kernel then.
-__device__ __forceinline__ void wgmma_fence() {
+// wgmma's ordering instructions (PTX ISA 9.7.15): a no-op without sm_90a code, where the MMA and the
+// reduction below trap instead (the planner never picks the kernel then).
 #if TNN_FFM_WGMMA_BUILT
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#define TNN_FFM_WG_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define TNN_FFM_WG_ASM(...) ((void)0)
 #endif
-}
-__device__ __forceinline__ void wgmma_commit() {
-#if TNN_FFM_WGMMA_BUILT
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_wait_all() {
-#if TNN_FFM_WGMMA_BUILT
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_wait_pending1() {
-#if TNN_FFM_WGMMA_BUILT
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-#endif
+__device__ __forceinline__ void wgmma_fence() { TNN_FFM_WG_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { TNN_FFM_WG_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most PENDING committed groups are in flight.
+template <int PENDING> __device__ __forceinline__ void wgmma_wait() {
+    TNN_FFM_WG_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
 }
 // *p += a (4 floats, 16-byte aligned, global memory) without waiting for the old values: the slot's
 // read-modify-write done in L2 (red.global.add.v4.f32, sm_90). Each element of a slot has one writer
@@ -162,11 +154,7 @@ __device__ __forceinline__ void red_add4(float* p, const float (&a)[4]) {
 // Barrier of the 4 warps of warpgroup g (named barrier 1 + g; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_barrier(int g) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + g) : "memory"); }
 // Generic-proxy shared stores made visible to the tensor cores' (async proxy) reads after the next barrier.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-#if TNN_FFM_WGMMA_BUILT
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void fence_proxy_async_smem() { TNN_FFM_WG_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Shared-memory matrix descriptors of swizzled tiles: the low 32 bits carry the byte address / 16
 // (bits 0-13) and no leading-dimension offset (unused with 64 columns: the probe gave the same result
 // for any value); the high 32 bits are constant: 1024 bytes between 8-row groups (SBO, in 16-byte
@@ -1170,9 +1158,9 @@ __device__ __forceinline__ void dw_layer_wgmma(const T* dz, const T* act, int ou
             wgmma_fence();
             wgmma_m64n32k16_tt<T>(d, a0 + 128 * k, b0 + 128 * k + 4 * h);
             wgmma_commit();
-            wgmma_wait_pending1();
+            wgmma_wait<1>();
         }
-        wgmma_wait_all();
+        wgmma_wait<0>();
         if (!rows) continue;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
