@@ -157,6 +157,10 @@ BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activat
 
 }  // namespace
 
+bool same_dw_order(const BackwardPlan& a, int grid_a, const BackwardPlan& b, int grid_b) {
+    return a.wgmma == b.wgmma && a.n_warps == b.n_warps && a.rows_per_warp == b.rows_per_warp && grid_a == grid_b;
+}
+
 void set_plan_override(const PlanOverride& o) {
     std::lock_guard<std::mutex> lock(g_override_mutex);
     g_override = o;

@@ -22,15 +22,15 @@ namespace tnn::ffm {
 
 namespace {
 
-// ---- Kernel: dL/dparams[i] = T(sum over blocks b = 0, 1, ... of partials[b][i] (+ old value)); for
-// the wgmma kernel "blocks" are its per-warpgroup slots, in block order (backward_dw_slots per block).
-// A block handles 32 parameters with 8 warps; warp q sums blocks q, q + 8, ... in order, then one
-// thread adds the 8 warp sums in order: the result depends only on the number of blocks.
+// ---- Kernel: dL/dparams[i] = T(sum over slots b = 0, 1, ... of partials[b][i] (+ old value)): the
+// blocks' slots in block order (backward_dw_slots per block). A block handles 32 parameters with 8
+// warps; warp q sums slots q, q + 8, ... in order, then one thread adds the 8 warp sums in order: the
+// result depends only on the number of slots.
 constexpr int kReduceSlices = 8;
 
 // Partials are in fragment order (Shape::fragment_index); the result is in parameter order.
 template <typename T>
-__global__ void fully_fused_mlp_reduce_kernel(const float* __restrict__ partials, int n_blocks, Shape shape,
+__global__ void fully_fused_mlp_reduce_kernel(const float* __restrict__ partials, int n_slots, Shape shape,
                                               T* __restrict__ dL_dparams, bool accumulate) {
     __shared__ float sums[kReduceSlices][33];
     const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
@@ -39,7 +39,7 @@ __global__ void fully_fused_mlp_reduce_kernel(const float* __restrict__ partials
     float s = 0.0f;
     if (i < n_params) {
         const int64_t f = shape.fragment_index(i);
-        for (int b = slice; b < n_blocks; b += kReduceSlices) s += partials[int64_t(b) * n_params + f];
+        for (int b = slice; b < n_slots; b += kReduceSlices) s += partials[int64_t(b) * n_params + f];
     }
     sums[slice][lane] = s;
     __syncthreads();
@@ -124,6 +124,14 @@ DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backwar
 bool wgmma_backward_available(int device, DType dtype) {
     gpu::DeviceGuard guard(device);
     return device_limits(device, dtype, 64, true, true, 1).wgmma;
+}
+
+static std::mutex g_last_plan_mutex;
+static BackwardPlan g_last_plan;
+
+BackwardPlan last_backward_plan() {
+    std::lock_guard<std::mutex> lock(g_last_plan_mutex);
+    return g_last_plan;
 }
 
 namespace {
@@ -240,15 +248,16 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     // take it through the raw input rows where a row fits (target_in_raw, below), else from global memory.
     if (loss && !a.dy_f32 && !o.fused_target_global && a.bwd.dy_in_smem) {
         // Staging the fp32 target needs more shared memory per row than dL/doutput would: take that
-        // plan only when it keeps the unfused plan's rows per block and blocks (so dW sums the same
-        // rows in the same order); otherwise the epilogue reads the target from global memory.
+        // plan only when it keeps the unfused plan's kernel kind, rows per block and blocks (so dW sums
+        // the same rows in the same order: same_dw_order; e.g. 32->64->48 would otherwise move from the
+        // mma.sync kernel with dW on chip to the wgmma kernel); otherwise the epilogue reads the target
+        // from global memory.
         try {
             const BackwardPlan staged = plan(4, o);
             const int staged_grid = grid_of(staged);
             // ... and stages rows at all: the 4-byte plan may instead read dy in place (a 12-warp kernel
             // with no room for the bigger rows), and then there is no staged target to read.
-            if (staged.dy_in_smem && staged.n_warps == a.bwd.n_warps && staged.rows_per_warp == a.bwd.rows_per_warp &&
-                staged_grid == grid) {
+            if (staged.dy_in_smem && same_dw_order(staged, staged_grid, a.bwd, grid)) {
                 a.bwd = staged;
                 a.staged_target = true;
             }
@@ -267,7 +276,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         in_place.dy_global = true;
         try {
             const BackwardPlan p = plan(a.dy_f32 ? 4 : 2, in_place);
-            if (p.n_warps == a.bwd.n_warps && p.rows_per_warp == a.bwd.rows_per_warp && grid_of(p) == grid) a.bwd = p;
+            if (same_dw_order(p, grid_of(p), a.bwd, grid)) a.bwd = p;
         } catch (const UnsupportedError&) {  // keep the plan with dy rows (target from global memory)
         }
     }
@@ -300,6 +309,10 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     if (!a.bwd.stash_in_smem) {
         stash = Buffer::temporary(stream, static_cast<size_t>(grid) * a.bwd.stash_bytes_per_block);
         a.stash = stash.data();
+    }
+    {
+        std::lock_guard<std::mutex> lock(g_last_plan_mutex);
+        g_last_plan = a.bwd;
     }
     dispatch(dtype, layout.width, [&](auto k) { decltype(k)::backward(a, grid, stream.native()); });
     if (dL_dparams && !direct) {

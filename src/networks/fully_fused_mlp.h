@@ -58,8 +58,8 @@ constexpr bool backward_reads_dy_in_place(uint32_t width, bool relu, int m_tiles
 // shared memory, bench/wgmma_probe.cu), and the weight gradients computed per warpgroup: each of the 3
 // warpgroups adds the dW of its own 64 rows (wgmma m64n32k16, K = 64) to its own partial slot in global
 // memory (backward_dw_slots; the reduction sums them with the blocks' in a fixed order), so the layers
-// of the backward pass need no block-wide barrier, only one per warpgroup. Deterministic: the fused
-// step on it equals the unfused step on it bit for bit; dL/dinput and the loss values equal the
+// of the backward pass need no block-wide barrier, only one per warpgroup. Deterministic, and the fused
+// step equals the unfused one bit for bit (same kernel); dL/dinput and the loss values equal the
 // mma.sync kernel's bit for bit, dL/dparams only to rounding (the dW sums are grouped by 64 rows).
 // The planner takes it for 12-warp plans of shapes it covers (wgmma_backward_shape) with dW in global
 // memory, on devices and builds that have it (DeviceLimits::wgmma), unless PlanOverride::no_wgmma.
@@ -230,11 +230,16 @@ struct BackwardPlan {
     int blocks_per_sm = 0;
 };
 
+// What the planner may use. smem_per_sm and regs_* are for the occupancy estimate only.
 // Weight-gradient partial slots (n_params floats each) a backward block of plan p writes:
 // one per warpgroup in the wgmma kernel, else one.
 inline int backward_dw_slots(const BackwardPlan& p) { return p.wgmma ? kWgmmaWarps / 4 : 1; }
+// Whether two backward plans of one network, launched over the same rows with grids grid_a and
+// grid_b, sum dW over the same rows in the same order (the same kernel kind, rows per block and
+// blocks): the fused training step may run the unfused step's plan only as such a variant (another
+// target staging, dy rows or not), so that its dL/dparams equal the unfused step's bit for bit.
+bool same_dw_order(const BackwardPlan& a, int grid_a, const BackwardPlan& b, int grid_b);
 
-// What the planner may use. smem_per_sm and regs_* are for the occupancy estimate only.
 struct DeviceLimits {
     int64_t smem_per_block = 0, smem_per_sm = 0;
     int regs_per_sm = 65536, regs_per_thread = 128, max_warps_per_sm = 64;
@@ -341,8 +346,12 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
                   View* dL_dinput, void* dL_dparams, const void* params, GradMode mode,
                   const FusedLoss* loss = nullptr);
 // Whether the wgmma backward kernel of `dtype` runs on GPU `device` (DeviceLimits::wgmma): an sm_90
-// device and a build whose loaded module holds sm_90a code (the GPU tests check it on the H200).
+// device and a build with sm_90a machine code and no plain sm_90 code (TNN_CUDA_WGMMA, set by CMake;
+// the GPU tests check it on the H200).
 bool wgmma_backward_available(int device, DType dtype);
+// The backward plan the last gpu_backward call of this process launched (a test hook: which kernel,
+// tiles and target mode a call took).
+BackwardPlan last_backward_plan();
 #endif  // TNN_WITH_GPU
 
 // ---- The fused training step for the Trainer (src/model/trainer.cpp). can_fuse_loss: `model` is a

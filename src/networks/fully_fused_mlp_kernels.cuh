@@ -117,9 +117,11 @@ template <bool SW, typename T> __device__ __forceinline__ T* tile_at(T* tile, in
 #else
 #define TNN_FFM_WGMMA_BUILT 0
 #endif
-// Read by the host (Kernels::backward_info) from the module the driver loaded: whether its wgmma
-// kernel holds the instructions or only traps (a build without sm_90a code).
-static __device__ int g_ffm_wgmma_built = TNN_FFM_WGMMA_BUILT;
+// The host knows whether the module the driver loads on an sm_90 device holds the wgmma instructions
+// from TNN_CUDA_WGMMA, which CMake defines when the architectures include sm_90a machine code and no
+// plain sm_90 machine code (then the sm_90a code is the only code for such a device; other devices
+// never take the kernel). A device-side flag read back at run time would need a copy, which a CUDA
+// graph capture in progress refuses.
 
 // wgmma's ordering instructions (PTX ISA 9.7.15): a no-op without sm_90a code, where the MMA and the
 // reduction below trap instead (the planner never picks the kernel then).
@@ -1614,16 +1616,15 @@ template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_sme
         constexpr int MT = decltype(mt)::value;
         info = relu ? kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT>, max_smem)
                     : kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT>, max_smem);
+#if defined(TNN_CUDA_WGMMA)
         if constexpr (W == 64 && MT == 1) {
             if (relu) {
-                // The wgmma flavour: its own attributes (the same launch bounds) and whether the module
-                // the driver loaded for this device holds its instructions.
+                // The wgmma flavour: its own attributes (the same launch bounds; no spills expected).
                 const KernelInfo wg = kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT, true>, max_smem);
-                int built = 0;
-                TNN_GPU_CHECK(cudaMemcpyFromSymbol(&built, g_ffm_wgmma_built, sizeof(int)));
-                info.wgmma = built == 1 && wg.max_warps == kWgmmaWarps;
+                info.wgmma = wg.max_warps == kWgmmaWarps && wg.local_bytes == 0;
             }
         }
+#endif  // TNN_CUDA_WGMMA
     });
     return info;
 }

@@ -728,6 +728,20 @@ TEST(FusedPlan, WgmmaKernelForTwelveWarpPlansOfTheShapesItCovers) {
             << sh.pin << " -> " << sh.pout << (sh.bias ? " bias" : "");
     EXPECT_FALSE(ffm::plan_backward(shape(32, 32, 16, 2), 4, 2, Activation::ReLU, true, limits(true, 32), twelve).wgmma);
     EXPECT_FALSE(ffm::plan_backward(shape(64, 16, 16, 1), 4, 2, Activation::Tanh, true, limits(true, 64), twelve).wgmma);
+    // The fused step may replace the unfused step's plan only by one with the same dW order
+    // (ffm::same_dw_order). 32->64->48: with 2-byte dy rows the 12-warp plan keeps dW on chip (mma.sync
+    // kernel); with 4-byte rows it moves dW to global memory, and so to the wgmma kernel: a different
+    // order, refused. 64->64->64: the plan with dy rows and the one without are both wgmma: the same.
+    const ffm::Shape s48 = shape(64, 32, 48, 2);
+    const auto dy2 = ffm::plan_backward(s48, 4, 2, Activation::ReLU, true, limits(true, 64));
+    const auto dy4 = ffm::plan_backward(s48, 4, 4, Activation::ReLU, true, limits(true, 64));
+    EXPECT_EQ(dy2.n_warps, dy4.n_warps);
+    EXPECT_NE(dy2.wgmma, dy4.wgmma);
+    EXPECT_FALSE(ffm::same_dw_order(dy2, 132, dy4, 132));
+    ffm::PlanOverride in_place;
+    in_place.dy_global = true;
+    EXPECT_TRUE(ffm::same_dw_order(wg, 132, ffm::plan_backward(s, 4, 2, Activation::ReLU, true, limits(true, 64), in_place), 132));
+    EXPECT_FALSE(ffm::same_dw_order(wg, 132, wg, 131));
 }
 
 TEST(FusedLayout, SwizzledTilesAreBijectiveAndConflictFree) {

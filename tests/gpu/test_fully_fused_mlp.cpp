@@ -422,6 +422,8 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
                 OverrideScope scope(i == 0 ? wg : plain);
                 TestStream stream(dev);
                 r[i] = run_gpu(*net, stream, d, false, nullptr);
+                // The plan the backward launched: the wgmma kernel, or not with the override.
+                ASSERT_EQ(ffm::last_backward_plan().wgmma, i == 0) << what;
             }
             expect_close_to_reference(*net, r[0], ref, naive, c.batch, what + " wgmma");
             expect_same_bits(to_floats(r[0].dL_dinput), to_floats(r[1].dL_dinput), what + " dL/dinput");
@@ -441,6 +443,7 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
                     View gv = g.view();
                     ffm::fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(),
                                              with_dx ? &gv : nullptr, gp.data(), p.data());
+                    ASSERT_EQ(ffm::last_backward_plan().wgmma, i == 0) << what;
                     stream.stream().synchronize();
                     values[i] = to_floats(v.to(Device::cpu(), stream));
                     dx[i] = to_floats(g.to(Device::cpu(), stream));
@@ -455,7 +458,9 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
 
 TEST(FullyFusedMlpGpuProps, TrainingIsBitwiseReproducible) {
     TNN_SKIP_WITHOUT_GPU();
-    for (const char* name : {"w64_32to16_batch65537", "silu_silu_w32_16bit_io", "tanh_sigmoid_w128_pads17"}) {
+    // w64_64to64_batch4099: the wgmma kernel (per-warpgroup slots updated with red.global.add).
+    for (const char* name :
+         {"w64_32to16_batch65537", "silu_silu_w32_16bit_io", "tanh_sigmoid_w128_pads17", "w64_64to64_batch4099"}) {
         const FusedCase& c = case_named(name);
         const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
         const FusedData data = make_data(c, *net, 99);
@@ -471,8 +476,9 @@ TEST(FullyFusedMlpGpuProps, TrainingIsBitwiseReproducible) {
 
 TEST(FullyFusedMlpGpuProps, AccumulateAddsToTheGradient) {
     TNN_SKIP_WITHOUT_GPU();
-    // batch 1000: the per-block partials and the reduction kernel; batch 1: one block writes dL/dparams.
-    for (const char* name : {"softplus_squareplus_w64", "w32_batch1"}) {
+    // batch 1000: the per-block partials and the reduction kernel; batch 1: one block writes dL/dparams;
+    // w64_64to64_batch4099: the wgmma kernel (three slots per block).
+    for (const char* name : {"softplus_squareplus_w64", "w32_batch1", "w64_64to64_batch4099"}) {
         for (DType dtype : {DType::f16, DType::bf16}) {
             const FusedCase& c = case_named(name);
             const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
@@ -546,7 +552,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     TNN_SKIP_WITHOUT_GPU();
     // The target is staged like dL/doutput where that keeps the unfused plan's tiles, else read from
     // global memory (the default of w64_32to16 with two m16 tiles); overrides 3 and 4 force the latter.
-    std::vector<ffm::PlanOverride> overrides(10);
+    std::vector<ffm::PlanOverride> overrides(11);
     overrides[1].backward_m_tiles = 1;
     overrides[2].backward_m_tiles = 2;
     overrides[3].stream_weights = overrides[3].stash_in_global = overrides[3].dw_in_global = true;
@@ -570,6 +576,10 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     overrides[9] = overrides[3];
     overrides[9].fused_target_global = false;
     overrides[9].dy_global = true;
+    // Override 7 with dW in global memory: the wgmma kernel (where the build and device have it) for every
+    // width-64 case without bias and with <= 64 padded inputs and outputs, not only 64 inputs.
+    overrides[10] = overrides[7];
+    overrides[10].dw_in_global = true;
     const Device dev = Device::gpu(0);
     // Plus batches whose N = rows * outputs is a power of two: there the epilogue multiplies by 1 / N
     // (KernelArgs::loss_inv_n) where the loss kernel divides by N; elsewhere it divides too.
@@ -583,6 +593,9 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
                      true});
     // Two outputs: 8-byte target rows, copied into the raw rows 8 bytes at a time (overrides 7, 9).
     cases.push_back({"w64_32to2_batch3001", 32, 2, 64, 2, "ReLU", "None", false, 3001, false, false, false, true});
+    // The unfused plan is the 12-warp mma.sync kernel with dW on chip; the fused step's 4-byte plan would
+    // be the wgmma kernel (dW in global memory): it must keep the unfused kernel (ffm::same_dw_order).
+    cases.push_back({"w64_32to48_batch3001", 32, 48, 64, 2, "ReLU", "None", false, 3001, false, false, false, true});
     int ran = 0;
     for (const FusedCase& c : cases) {
         if (c.act != "ReLU" || c.out_act != "None" || c.strided) continue;
