@@ -223,7 +223,7 @@ std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, in
                         if (!dy_smem && nw <= kMaxWarps && !o.dy_global) continue;
                         // The wgmma kernel where it applies: 12 warps (3 warpgroups) of one tile, the kernel
                         // for ReLU hidden layers and a linear output (whose limits d are), shapes it covers.
-                        // (Its dW partials are per warpgroup, in global memory.)
+                        // (Its dW partials are in global memory.)
                         const bool wgmma = d.wgmma && !o.no_wgmma && nw == kWgmmaWarps && m_tiles == 1 && !dw_smem &&
                                            act == Activation::ReLU && wgmma_backward_shape(s.width, s.pin, s.pout, s.bias);
                         BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, m_tiles, resident,

@@ -23,7 +23,7 @@ namespace tnn::ffm {
 namespace {
 
 // ---- Kernel: dL/dparams[i] = T(sum over slots b = 0, 1, ... of partials[b][i] (+ old value)): the
-// blocks' slots in block order (backward_dw_slots per block). A block handles 32 parameters with 8
+// blocks' slots in block order. A block handles 32 parameters with 8
 // warps; warp q sums slots q, q + 8, ... in order, then one thread adds the 8 warp sums in order: the
 // result depends only on the number of slots.
 constexpr int kReduceSlices = 8;
@@ -233,7 +233,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         int g = grid_size(a.rows, int64_t(p.n_warps) * p.rows_per_warp, sm_count, p.blocks_per_sm);
         if (dL_dparams)
             g = static_cast<int>(
-                std::max<int64_t>(1, std::min<int64_t>(g, kScratchCap / (n_params * 4 * backward_dw_slots(p)))));
+                std::max<int64_t>(1, std::min<int64_t>(g, kScratchCap / (n_params * 4))));
         if (!p.stash_in_smem)
             g = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, kScratchCap / p.stash_bytes_per_block)));
         return g;
@@ -295,15 +295,16 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     }
 
     // One block (small batches): the kernel writes dL/dparams itself; no partials (unless its
-    // accumulators live in global memory) and no reduction launch.
-    const bool direct = dL_dparams && grid == 1 && backward_dw_slots(a.bwd) == 1;
+    // accumulators live in global memory) and no reduction launch. Not the wgmma kernel: its slot
+    // takes red.global.add, which the block would have to fence before reading the slot back.
+    const bool direct = dL_dparams && grid == 1 && !a.bwd.wgmma;
     if (direct) {
         a.grads = dL_dparams;
         a.accumulate = mode == GradMode::accumulate;
     }
     Buffer partials, stash;
     if (dL_dparams && (!direct || !a.bwd.dw_in_smem)) {
-        partials = Buffer::temporary(stream, static_cast<size_t>(grid) * backward_dw_slots(a.bwd) * n_params * sizeof(float));
+        partials = Buffer::temporary(stream, static_cast<size_t>(grid) * n_params * sizeof(float));
         a.dw_partials = partials.ptr<float>();
     }
     if (!a.bwd.stash_in_smem) {
@@ -319,7 +320,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         const auto s = gpu::native_stream(stream);
         const unsigned blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(n_params, 32));
         const bool accumulate = mode == GradMode::accumulate;
-        const int n_slots = grid * backward_dw_slots(a.bwd);  // block b's slots b * slots .. : a fixed order
+        const int n_slots = grid;  // block b's slot b: a fixed order
         if (dtype == DType::f16)
             fully_fused_mlp_reduce_kernel<gpu_half><<<blocks, 32 * kReduceSlices, 0, s>>>(
                 a.dw_partials, n_slots, a.shape, static_cast<gpu_half*>(dL_dparams), accumulate);

@@ -55,12 +55,12 @@ constexpr bool backward_reads_dy_in_place(uint32_t width, bool relu, int m_tiles
 // The wgmma flavour of the backward kernel (NVIDIA sm_90a: Hopper's warpgroup MMA). It is the 12-warp
 // ReLU / linear-output kernel of width 64 with its input, activation and dz tiles in a 128-byte-swizzled
 // layout (rows of 64 elements, 16-byte chunk index XOR row % 8: the canonical layout wgmma reads from
-// shared memory, bench/wgmma_probe.cu), and the weight gradients computed per warpgroup: each of the 3
-// warpgroups adds the dW of its own 64 rows (wgmma m64n32k16, K = 64) to its own partial slot in global
-// memory (backward_dw_slots; the reduction sums them with the blocks' in a fixed order), so the layers
-// of the backward pass need no block-wide barrier, only one per warpgroup. Deterministic, and the fused
-// step equals the unfused one bit for bit (same kernel); dL/dinput and the loss values equal the
-// mma.sync kernel's bit for bit, dL/dparams only to rounding (the dW sums are grouped by 64 rows).
+// shared memory, bench/wgmma_probe.cu), and the weight gradients by wgmma over all the block's rows
+// (m64n32k16, K = 192), each 32-column block of a layer by one warpgroup while the others go on with the
+// chain (the warpgroups take the layers' column blocks in turn), added to the block's partial slot in
+// global memory with red.global.add. Deterministic, and the fused step equals the unfused one bit for
+// bit (same kernel); dL/dinput and the loss values equal the mma.sync kernel's bit for bit, dL/dparams
+// only to rounding (other k order within the tile).
 // The planner takes it for 12-warp plans of shapes it covers (wgmma_backward_shape) with dW in global
 // memory, on devices and builds that have it (DeviceLimits::wgmma), unless PlanOverride::no_wgmma.
 constexpr int kWgmmaWarps = 12;
@@ -219,8 +219,7 @@ struct BackwardPlan {
     bool dy_in_smem = true;     // dL/doutput (or the staged target) in shared memory, else read from
                                 // global memory by the output layer (no dy region)
     bool wgmma = false;         // the wgmma kernel (wgmma_backward_shape): x, stash and dz tiles of 64
-                                // columns swizzled, 1024-byte aligned from a 1024-byte aligned base;
-                                // backward_dw_slots partial slots per block
+                                // columns swizzled, 1024-byte aligned from a 1024-byte aligned base
     int64_t off_weights = 0, off_raw = 0, off_dy = 0, off_x = 0, off_stash = 0, off_awork = 0, off_dz = 0,
             off_dw = 0, smem_bytes = 0;
     int raw_stride = 0, dy_stride = 0;      // bytes per row
@@ -231,9 +230,6 @@ struct BackwardPlan {
 };
 
 // What the planner may use. smem_per_sm and regs_* are for the occupancy estimate only.
-// Weight-gradient partial slots (n_params floats each) a backward block of plan p writes:
-// one per warpgroup in the wgmma kernel, else one.
-inline int backward_dw_slots(const BackwardPlan& p) { return p.wgmma ? kWgmmaWarps / 4 : 1; }
 // Whether two backward plans of one network, launched over the same rows with grids grid_a and
 // grid_b, sum dW over the same rows in the same order (the same kernel kind, rows per block and
 // blocks): the fused training step may run the unfused step's plan only as such a variant (another
@@ -295,7 +291,7 @@ struct KernelArgs {
     bool dy_vec2 = false;          // dy rows (BackwardPlan::dy_in_smem false: read in place) aligned for pair loads
     void* dx = nullptr;            // dL/dinput (optional), dtype of the input
     int64_t dx_stride = 0;
-    float* dw_partials = nullptr;  // [gridDim.x * backward_dw_slots][n_params] fp32, fragment order (Shape::fragment_index)
+    float* dw_partials = nullptr;  // [gridDim.x][n_params] fp32, fragment order (Shape::fragment_index)
     void* grads = nullptr;         // gridDim.x == 1: dL/dparams (network dtype) written by the kernel itself
     bool accumulate = false;       // ... added to (GradMode::accumulate) instead of overwritten
     void* stash = nullptr;         // [gridDim.x][stash_bytes_per_block] when the stash is global

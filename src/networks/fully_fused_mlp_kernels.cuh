@@ -16,8 +16,8 @@
 // private to the block, and chains dz through W^T (ldmatrix.trans) in registers. Each block writes
 // its accumulators once; fully_fused_mlp_reduce_kernel sums the blocks in a fixed order (a single
 // block writes dL/dparams itself). The wgmma flavour of the 12-warp width-64 kernel (sm_90a, template
-// WG; fully_fused_mlp.h) instead keeps its tiles swizzled and lets each warpgroup add the dW of its own
-// 64 rows (wgmma) to its own slot in global memory, with a warpgroup barrier per layer, none block-wide.
+// WG; fully_fused_mlp.h) instead keeps its tiles swizzled and computes dW by wgmma, one warpgroup per
+// 32-column block of a layer over all the block's rows, added to the block's slot in global memory.
 //
 // Each kernel comes in two flavours (template RELU, see with_hidden_activation): compiled for ReLU
 // hidden layers with a linear output, or switching the activation at run time.
@@ -151,8 +151,6 @@ __device__ __forceinline__ void red_add4(float* p, const float (&a)[4]) {
     __trap();
 #endif
 }
-// Barrier of the 4 warps of warpgroup g (named barrier 1 + g; 0 is __syncthreads).
-__device__ __forceinline__ void warpgroup_barrier(int g) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + g) : "memory"); }
 // Generic-proxy shared stores made visible to the tensor cores' (async proxy) reads after the next barrier.
 __device__ __forceinline__ void fence_proxy_async_smem() { TNN_FFM_WG_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Shared-memory matrix descriptors of swizzled tiles: the low 32 bits carry the byte address / 16
@@ -162,30 +160,43 @@ __device__ __forceinline__ void fence_proxy_async_smem() { TNN_FFM_WG_ASM("fence
 // builds the descriptor from it, so that the k-steps cost one 32-bit add each.
 constexpr uint32_t kWgmmaDescHi = (1024u >> 4) | (1u << 30);
 __device__ __forceinline__ uint32_t wgmma_desc_lo(uint32_t addr) { return (addr & 0x3FFFF) >> 4; }
-// d (64 x 32 fp32 over the warpgroup; this warp's rows 16 (warp % 4) .. + 15 in mma.sync C-fragment
+// d (64 x N fp32 over the warpgroup; this warp's rows 16 (warp % 4) .. + 15 in mma.sync C-fragment
 // order, n8 tile j in d[4 j .. 4 j + 3]) += A * B, A the first tile's transpose and B the second tile's
-// rows: [16 rows][64] swizzled tiles (M-major A, N-major B; B may start 64 bytes into its rows for
-// columns 32..63: the swizzle applies to the final addresses). m64n32 rather than m64n64: 16
-// accumulators a thread, which the 168-register kernel has room for.
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n32k16_tt(float (&d)[16], uint32_t a_lo, uint32_t b_lo) {
+// rows: [16 rows][64] swizzled tiles (M-major A, N-major B; with N = 32, B may start 64 bytes into its
+// rows for columns 32..63: the swizzle applies to the final addresses). N = 32 or 64.
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_tt(float (&d)[N / 2], uint32_t a_lo, uint32_t b_lo) {
+    static_assert(N == 32 || N == 64, "wgmma_tt: N = 32 or 64");
 #if TNN_FFM_WGMMA_BUILT
-#define TNN_FFM_WG_ARGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, da, db, 1, 1, 1, 1, 1;\n}\n"
-#define TNN_FFM_WG_HEAD "{\n.reg .b64 da, db;\nmov.b64 da, {%16, %18};\nmov.b64 db, {%17, %18};\n"
-#define TNN_FFM_WG_OUT                                                                                          \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-    if constexpr (std::is_same_v<T, gpu_half>)
-        asm volatile(TNN_FFM_WG_HEAD "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " TNN_FFM_WG_ARGS
-                     : TNN_FFM_WG_OUT
+#define TNN_FFM_WG_D8(o)                                                                                         \
+    "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
+        "+f"(d[o + 7])
+#define TNN_FFM_WG_HEAD(a, b, hi) "{\n.reg .b64 da, db;\nmov.b64 da, {%" a ", %" hi "};\nmov.b64 db, {%" b ", %" hi "};\n"
+#define TNN_FFM_WG_TAIL "da, db, 1, 1, 1, 1, 1;\n}\n"
+#define TNN_FFM_WG_D16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+#define TNN_FFM_WG_D32 TNN_FFM_WG_D16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+    constexpr bool kHalf = std::is_same_v<T, gpu_half>;
+    if constexpr (N == 32 && kHalf)
+        asm volatile(TNN_FFM_WG_HEAD("16", "17", "18") "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {" TNN_FFM_WG_D16 "}, " TNN_FFM_WG_TAIL
+                     : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8)
+                     : "r"(a_lo), "r"(b_lo), "r"(kWgmmaDescHi));
+    else if constexpr (N == 32)
+        asm volatile(TNN_FFM_WG_HEAD("16", "17", "18") "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" TNN_FFM_WG_D16 "}, " TNN_FFM_WG_TAIL
+                     : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8)
+                     : "r"(a_lo), "r"(b_lo), "r"(kWgmmaDescHi));
+    else if constexpr (kHalf)
+        asm volatile(TNN_FFM_WG_HEAD("32", "33", "34") "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" TNN_FFM_WG_D32 "}, " TNN_FFM_WG_TAIL
+                     : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8), TNN_FFM_WG_D8(16), TNN_FFM_WG_D8(24)
                      : "r"(a_lo), "r"(b_lo), "r"(kWgmmaDescHi));
     else
-        asm volatile(TNN_FFM_WG_HEAD "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " TNN_FFM_WG_ARGS
-                     : TNN_FFM_WG_OUT
+        asm volatile(TNN_FFM_WG_HEAD("32", "33", "34") "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" TNN_FFM_WG_D32 "}, " TNN_FFM_WG_TAIL
+                     : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8), TNN_FFM_WG_D8(16), TNN_FFM_WG_D8(24)
                      : "r"(a_lo), "r"(b_lo), "r"(kWgmmaDescHi));
-#undef TNN_FFM_WG_ARGS
+#undef TNN_FFM_WG_D8
 #undef TNN_FFM_WG_HEAD
-#undef TNN_FFM_WG_OUT
+#undef TNN_FFM_WG_TAIL
+#undef TNN_FFM_WG_D16
+#undef TNN_FFM_WG_D32
 #else
     (void)d, (void)a_lo, (void)b_lo;
     __trap();
@@ -1135,38 +1146,39 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
         dw_units<T, 1, 1, PREFETCH>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
 }
 
-// The wgmma kernel's dW of one layer over the calling warpgroup's R rows (lane, w4 = warp % 4): its
-// slot (dw, the warpgroup's own) += DZ^T ACT, DZ and ACT the warpgroup's rows of swizzled [rows][64]
-// tiles (1024-byte aligned; columns past out / in hold anything: the rows and columns of the product
-// they reach are not stored). Per 32 columns, R / 16 wgmma m64n32k16 accumulating in k-step order
-// from 0; warp w4 holds rows 16 w4 .. 16 w4 + 15 of the product in C-fragment order, i.e. the
-// accumulators of C tiles (w4, j) in fragment order (Shape::fragment_index), added to the slot with
-// red_add4. The k-loop issues one wgmma per step and lets two be in flight (fence,
-// commit, wait for all but one), as GEMM main loops do: unrolled, ptxas spilled at the kernel's 168
-// registers; rolled with one commit at the end, it waited for every wgmma before the next
-// (WARPGROUP.DEPBAR after each HGMMA: run 33 of 2026-11-30).
-template <typename T, int R>
-__device__ __forceinline__ void dw_layer_wgmma(const T* dz, const T* act, int out, int in, float* dw, int lane, int w4) {
-    const uint32_t a0 = wgmma_desc_lo(smem_addr(dz)), b0 = wgmma_desc_lo(smem_addr(act));
-    const bool rows = 16 * w4 < out;
-    for (int h = 0; h < 2 && 32 * h < in; ++h) {  // columns [32 h, 32 h + 32): B from 64 bytes into its rows
-        float d[16];
+constexpr int kWgGroups = kWgmmaWarps / 4;  // warpgroups of the wgmma kernel's block
+// Its dW wgmma shape m64nNk16: N = 64 made ptxas spill at the 168-register bound, N = 32 not.
+constexpr int kWgN = 32;
+// The wgmma kernel's dW over the block's R rows, N columns of one layer by the calling warpgroup
+// (lane, w4 = warp % 4): dw (the block's slot) += DZ^T ACT[:, N h .. N h + N), DZ and ACT swizzled
+// [R][64] tiles (1024-byte aligned; columns past out / in hold anything: the rows and columns of the
+// product they reach are not stored). R / 16 wgmma m64nNk16 accumulating in k-step order from 0; warp
+// w4 holds rows 16 w4 .. 16 w4 + 15 of the product in C-fragment order, i.e. the accumulators of C
+// tiles (w4, N h / 8 + j) in fragment order (Shape::fragment_index), added to the slot with red_add4.
+// The k-loop issues one wgmma per step and lets two be in flight (fence, commit, wait for all but one),
+// as GEMM main loops do: unrolled, ptxas spilled at the kernel's 168 registers; rolled with one commit
+// at the end, it waited for every wgmma before the next (WARPGROUP.DEPBAR after each HGMMA: run 33 of
+// 2026-11-30).
+template <typename T, int R, int N>
+__device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out, int in, int h, float* dw, int lane,
+                                              int w4) {
+    const uint32_t a0 = wgmma_desc_lo(smem_addr(dz)), b0 = wgmma_desc_lo(smem_addr(act)) + (N / 8) * h;  // 2 N h bytes
+    float d[N / 2];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) d[i] = 0.0f;
+    for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
 #pragma unroll 1
-        for (int k = 0; k < R / 16; ++k) {  // 16 rows = 2048 bytes = 128 in the descriptor's address field
-            wgmma_fence();
-            wgmma_m64n32k16_tt<T>(d, a0 + 128 * k, b0 + 128 * k + 4 * h);
-            wgmma_commit();
-            wgmma_wait<1>();
-        }
-        wgmma_wait<0>();
-        if (!rows) continue;
+    for (int k = 0; k < R / 16; ++k) {  // 16 rows = 2048 bytes = 128 in the descriptor's address field
+        wgmma_fence();
+        wgmma_tt<T, N>(d, a0 + 128 * k, b0 + 128 * k);
+        wgmma_commit();
+        wgmma_wait<1>();
+    }
+    wgmma_wait<0>();
+    if (16 * w4 >= out) return;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            if (8 * (4 * h + j) >= in) break;
-            red_add4(dw + dw_fragment_offset(0, 32 * h, w4, j, in, lane), *reinterpret_cast<const float(*)[4]>(d + 4 * j));
-        }
+    for (int j = 0; j < N / 8; ++j) {
+        if (8 * ((N / 8) * h + j) >= in) break;
+        red_add4(dw + dw_fragment_offset(0, N * h, w4, j, in, lane), *reinterpret_cast<const float(*)[4]>(d + 4 * j));
     }
 }
 
@@ -1208,10 +1220,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     T* const stash_global = reinterpret_cast<T*>(static_cast<char*>(args.stash) + blockIdx.x * p.stash_bytes_per_block);
     T* awork = reinterpret_cast<T*>(smem + p.off_awork);
     T* DZ = reinterpret_cast<T*>(smem + p.off_dz);
-    // The wgmma kernel keeps one partial slot per warpgroup (backward_dw_slots), in global memory.
-    constexpr int kSlots = WG ? kWgmmaWarps / 4 : 1;
-    float* dw = p.dw_in_smem ? reinterpret_cast<float*>(smem + p.off_dw)
-                             : args.dw_partials + int64_t(blockIdx.x) * kSlots * s.n_params();
+    float* dw = p.dw_in_smem ? reinterpret_cast<float*>(smem + p.off_dw) : args.dw_partials + blockIdx.x * s.n_params();
     const DwTarget dw_target{p.dw_in_smem, reinterpret_cast<float*>(smem + p.off_dw),
                              args.dw_partials + blockIdx.x * s.n_params()};
     const int64_t tile_elems = int64_t(R) * p.act_stride, dz_elems = int64_t(R) * p.dz_stride;
@@ -1248,7 +1257,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     };
 
     if (want_dw)
-        for (int64_t i = threadIdx.x; i < kSlots * s.n_params() / 4; i += blockDim.x)
+        for (int64_t i = threadIdx.x; i < s.n_params() / 4; i += blockDim.x)
             reinterpret_cast<float4*>(dw)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (p.weights_resident)
         for (int l = 0; l <= L; ++l) load_slot<T>(args, l, wsm + s.slot_offset(l));
@@ -1446,15 +1455,17 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 }
             }
             if constexpr (WG) {
-                // Each warpgroup: the dW of its own 64 rows into its own slot. Only its 4 warps wrote
-                // those rows of dz and of the layer input: a warpgroup barrier, no block-wide one (after
-                // the fence that makes this thread's tile stores visible to the wgmmas).
-                const int g = warp / 4;
+                // The layer's dW over all the block's rows, added to the block's slot in column blocks of
+                // kWgN, each by one warpgroup: the jobs of the layers in turn over the warpgroups (the
+                // others go on with the chain meanwhile). After the fence that makes this thread's tile
+                // stores visible to the wgmmas.
                 fence_proxy_async_smem();
-                warpgroup_barrier(g);
+                __syncthreads();
                 if (want_dw)
-                    dw_layer_wgmma<T, 64>(dz_cur + g * 64 * DS, act_src + g * 64 * AS, out, in,
-                                          dw + (int64_t(g) * s.n_params() + s.weight_offset(l)), lane, warp % 4);
+                    for (int h = 0; h < 64 / kWgN && kWgN * h < in; ++h)
+                        if (warp / 4 == ((64 / kWgN) * (L - l) + h) % kWgGroups)
+                            dw_cols_wgmma<T, kWgmmaWarps * 16, kWgN>(dz_cur, act_src, out, in, h,
+                                                                     dw + s.weight_offset(l), lane, warp % 4);
             } else {
                 __syncthreads();
             }

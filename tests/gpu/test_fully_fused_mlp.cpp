@@ -458,7 +458,7 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
 
 TEST(FullyFusedMlpGpuProps, TrainingIsBitwiseReproducible) {
     TNN_SKIP_WITHOUT_GPU();
-    // w64_64to64_batch4099: the wgmma kernel (per-warpgroup slots updated with red.global.add).
+    // w64_64to64_batch4099: the wgmma kernel (the block's slot updated with red.global.add).
     for (const char* name :
          {"w64_32to16_batch65537", "silu_silu_w32_16bit_io", "tanh_sigmoid_w128_pads17", "w64_64to64_batch4099"}) {
         const FusedCase& c = case_named(name);
@@ -477,7 +477,7 @@ TEST(FullyFusedMlpGpuProps, TrainingIsBitwiseReproducible) {
 TEST(FullyFusedMlpGpuProps, AccumulateAddsToTheGradient) {
     TNN_SKIP_WITHOUT_GPU();
     // batch 1000: the per-block partials and the reduction kernel; batch 1: one block writes dL/dparams;
-    // w64_64to64_batch4099: the wgmma kernel (three slots per block).
+    // w64_64to64_batch4099: the wgmma kernel (red.global.add into the block's slot).
     for (const char* name : {"softplus_squareplus_w64", "w32_batch1", "w64_64to64_batch4099"}) {
         for (DType dtype : {DType::f16, DType::bf16}) {
             const FusedCase& c = case_named(name);
