@@ -55,6 +55,18 @@ using mma::X4Pattern;
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
+// Shared-memory loads by address (8-byte aligned for the pair). Volatile: they read what cp.async
+// wrote, and stay after the waits and barriers (volatile asm) that order those writes.
+__device__ __forceinline__ float lds_f(uint32_t addr) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+    return v;
+}
+__device__ __forceinline__ float2 lds_f2(uint32_t addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+    return v;
+}
 template <bool TRANS> __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
     if constexpr (TRANS)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -153,52 +165,48 @@ __device__ __forceinline__ void red_add4(float* p, const float (&a)[4]) {
 }
 // Generic-proxy shared stores made visible to the tensor cores' (async proxy) reads after the next barrier.
 __device__ __forceinline__ void fence_proxy_async_smem() { TNN_FFM_WG_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Shared-memory matrix descriptors of swizzled tiles: the low 32 bits carry the byte address / 16
-// (bits 0-13) and no leading-dimension offset (unused with 64 columns: the probe gave the same result
-// for any value); the high 32 bits are constant: 1024 bytes between 8-row groups (SBO, in 16-byte
-// units) and the 128-byte swizzle (bits 62-63 = 1). wgmma_desc_lo gives the low half; the wrapper below
-// builds the descriptor from it, so that the k-steps cost one 32-bit add each.
-constexpr uint32_t kWgmmaDescHi = (1024u >> 4) | (1u << 30);
-__device__ __forceinline__ uint32_t wgmma_desc_lo(uint32_t addr) { return (addr & 0x3FFFF) >> 4; }
+// Shared-memory matrix descriptors of swizzled tiles: the byte address / 16 in bits 0-13, no
+// leading-dimension offset (unused with 64 columns: the probe gave the same result for any value), 1024
+// bytes between 8-row groups (SBO, bits 32-45, in 16-byte units) and the 128-byte swizzle (bits 62-63
+// = 1). Adding 128 moves a descriptor 16 rows (2048 bytes) on: the address field cannot carry into the
+// others below 256 KiB of shared memory.
+constexpr uint64_t kWgmmaDescHi = uint64_t((1024u >> 4) | (1u << 30)) << 32;
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) { return kWgmmaDescHi | ((addr & 0x3FFFF) >> 4); }
 // d (64 x N fp32 over the warpgroup; this warp's rows 16 (warp % 4) .. + 15 in mma.sync C-fragment
 // order, n8 tile j in d[4 j .. 4 j + 3]) += A * B, A the first tile's transpose and B the second tile's
-// rows: [16 rows][64] swizzled tiles (M-major A, N-major B; with N = 32, B may start 64 bytes into its
-// rows for columns 32..63: the swizzle applies to the final addresses). N = 32 or 64.
+// rows, from descriptors of [16 rows][64] swizzled tiles (M-major A, N-major B; with N = 32, B may start
+// 64 bytes into its rows for columns 32..63: the swizzle applies to the final addresses). N = 32 or 64.
 template <typename T, int N>
-__device__ __forceinline__ void wgmma_tt(float (&d)[N / 2], uint32_t a_lo, uint32_t b_lo) {
+__device__ __forceinline__ void wgmma_tt(float (&d)[N / 2], uint64_t da, uint64_t db) {
     static_assert(N == 32 || N == 64, "wgmma_tt: N = 32 or 64");
 #if TNN_FFM_WGMMA_BUILT
 #define TNN_FFM_WG_D8(o)                                                                                         \
     "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
         "+f"(d[o + 7])
-#define TNN_FFM_WG_HEAD(a, b, hi) "{\n.reg .b64 da, db;\nmov.b64 da, {%" a ", %" hi "};\nmov.b64 db, {%" b ", %" hi "};\n"
-#define TNN_FFM_WG_TAIL "da, db, 1, 1, 1, 1, 1;\n}\n"
 #define TNN_FFM_WG_D16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
 #define TNN_FFM_WG_D32 TNN_FFM_WG_D16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
     constexpr bool kHalf = std::is_same_v<T, gpu_half>;
     if constexpr (N == 32 && kHalf)
-        asm volatile(TNN_FFM_WG_HEAD("16", "17", "18") "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {" TNN_FFM_WG_D16 "}, " TNN_FFM_WG_TAIL
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {" TNN_FFM_WG_D16 "}, %16, %17, 1, 1, 1, 1, 1;\n"
                      : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8)
-                     : "r"(a_lo), "r"(b_lo), "r"(kWgmmaDescHi));
+                     : "l"(da), "l"(db));
     else if constexpr (N == 32)
-        asm volatile(TNN_FFM_WG_HEAD("16", "17", "18") "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" TNN_FFM_WG_D16 "}, " TNN_FFM_WG_TAIL
+        asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" TNN_FFM_WG_D16 "}, %16, %17, 1, 1, 1, 1, 1;\n"
                      : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8)
-                     : "r"(a_lo), "r"(b_lo), "r"(kWgmmaDescHi));
+                     : "l"(da), "l"(db));
     else if constexpr (kHalf)
-        asm volatile(TNN_FFM_WG_HEAD("32", "33", "34") "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" TNN_FFM_WG_D32 "}, " TNN_FFM_WG_TAIL
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" TNN_FFM_WG_D32 "}, %32, %33, 1, 1, 1, 1, 1;\n"
                      : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8), TNN_FFM_WG_D8(16), TNN_FFM_WG_D8(24)
-                     : "r"(a_lo), "r"(b_lo), "r"(kWgmmaDescHi));
+                     : "l"(da), "l"(db));
     else
-        asm volatile(TNN_FFM_WG_HEAD("32", "33", "34") "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" TNN_FFM_WG_D32 "}, " TNN_FFM_WG_TAIL
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" TNN_FFM_WG_D32 "}, %32, %33, 1, 1, 1, 1, 1;\n"
                      : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8), TNN_FFM_WG_D8(16), TNN_FFM_WG_D8(24)
-                     : "r"(a_lo), "r"(b_lo), "r"(kWgmmaDescHi));
+                     : "l"(da), "l"(db));
 #undef TNN_FFM_WG_D8
-#undef TNN_FFM_WG_HEAD
-#undef TNN_FFM_WG_TAIL
 #undef TNN_FFM_WG_D16
 #undef TNN_FFM_WG_D32
 #else
-    (void)d, (void)a_lo, (void)b_lo;
+    (void)d, (void)da, (void)db;
     __trap();
 #endif
 }
@@ -927,12 +935,18 @@ template <int MT>
 __device__ __forceinline__ void load_target_pairs(const KernelArgs& args, bool staged, const char* dyt, int dy_stride,
                                                   int c, int mm, int valid, int64_t row0, int lane, float2 (&t)[2][2]) {
     const int n_out = args.shape.n_out;
+    const uint32_t rows = smem_addr(dyt);  // shared-memory loads: a generic pointer costs the address tests
     for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
         if (m != mm) return;
-        const float* tr = staged ? reinterpret_cast<const float*>(dyt + row * dy_stride) + col
-                                 : args.target + (row0 + row) * args.target_stride + col;
         const bool ok0 = row < valid && col < n_out, ok1 = row < valid && col + 1 < n_out;
-        if (ok1 && (staged || args.target_vec2)) {
+        if (staged) {
+            const uint32_t a = rows + row * dy_stride + col * 4;
+            if (ok1) t[j][hh] = lds_f2(a);
+            else t[j][hh] = make_float2(ok0 ? lds_f(a) : 0.0f, 0.0f);
+            return;
+        }
+        const float* tr = args.target + (row0 + row) * args.target_stride + col;
+        if (ok1 && args.target_vec2) {
             t[j][hh] = *reinterpret_cast<const float2*>(tr);
         } else {
             t[j][hh] = make_float2(ok0 ? tr[0] : 0.0f, ok1 ? tr[1] : 0.0f);
@@ -1162,14 +1176,16 @@ constexpr int kWgN = 32;
 template <typename T, int R, int N>
 __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out, int in, int h, float* dw, int lane,
                                               int w4) {
-    const uint32_t a0 = wgmma_desc_lo(smem_addr(dz)), b0 = wgmma_desc_lo(smem_addr(act)) + (N / 8) * h;  // 2 N h bytes
+    uint64_t da = wgmma_desc(smem_addr(dz)), db = wgmma_desc(smem_addr(act)) + (N / 8) * h;  // 2 N h bytes on
     float d[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
+    static_assert(R % 32 == 0, "two k-steps a group");
 #pragma unroll 1
-    for (int k = 0; k < R / 16; ++k) {  // 16 rows = 2048 bytes = 128 in the descriptor's address field
+    for (int k = 0; k < R / 32; ++k, da += 256, db += 256) {  // 32 rows on
         wgmma_fence();
-        wgmma_tt<T, N>(d, a0 + 128 * k, b0 + 128 * k);
+        wgmma_tt<T, N>(d, da, db);
+        wgmma_tt<T, N>(d, da + 128, db + 128);
         wgmma_commit();
         wgmma_wait<1>();
     }
