@@ -55,18 +55,6 @@ using mma::X4Pattern;
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
-// Shared-memory loads by address (8-byte aligned for the pair). Volatile: they read what cp.async
-// wrote, and stay after the waits and barriers (volatile asm) that order those writes.
-__device__ __forceinline__ float lds_f(uint32_t addr) {
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
-    return v;
-}
-__device__ __forceinline__ float2 lds_f2(uint32_t addr) {
-    float2 v;
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-    return v;
-}
 template <bool TRANS> __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
     if constexpr (TRANS)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -169,9 +157,9 @@ __device__ __forceinline__ void fence_proxy_async_smem() { TNN_FFM_WG_ASM("fence
 // leading-dimension offset (unused with 64 columns: the probe gave the same result for any value), 1024
 // bytes between 8-row groups (SBO, bits 32-45, in 16-byte units) and the 128-byte swizzle (bits 62-63
 // = 1). Adding 128 moves a descriptor 16 rows (2048 bytes) on: the address field cannot carry into the
-// others below 256 KiB of shared memory.
+// others below 256 KiB of shared memory. wgmma_desc_lo gives the address field; kWgmmaDescHi | it the descriptor.
 constexpr uint64_t kWgmmaDescHi = uint64_t((1024u >> 4) | (1u << 30)) << 32;
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) { return kWgmmaDescHi | ((addr & 0x3FFFF) >> 4); }
+__device__ __forceinline__ uint32_t wgmma_desc_lo(uint32_t addr) { return (addr & 0x3FFFF) >> 4; }
 // d (64 x N fp32 over the warpgroup; this warp's rows 16 (warp % 4) .. + 15 in mma.sync C-fragment
 // order, n8 tile j in d[4 j .. 4 j + 3]) += A * B, A the first tile's transpose and B the second tile's
 // rows, from descriptors of [16 rows][64] swizzled tiles (M-major A, N-major B; with N = 32, B may start
@@ -935,14 +923,12 @@ template <int MT>
 __device__ __forceinline__ void load_target_pairs(const KernelArgs& args, bool staged, const char* dyt, int dy_stride,
                                                   int c, int mm, int valid, int64_t row0, int lane, float2 (&t)[2][2]) {
     const int n_out = args.shape.n_out;
-    const uint32_t rows = smem_addr(dyt);  // shared-memory loads: a generic pointer costs the address tests
     for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
         if (m != mm) return;
         const bool ok0 = row < valid && col < n_out, ok1 = row < valid && col + 1 < n_out;
-        if (staged) {
-            const uint32_t a = rows + row * dy_stride + col * 4;
-            if (ok1) t[j][hh] = lds_f2(a);
-            else t[j][hh] = make_float2(ok0 ? lds_f(a) : 0.0f, 0.0f);
+        if (staged) {  // apart from the global case, so that these are shared-memory loads
+            const float* tr = reinterpret_cast<const float*>(dyt + row * dy_stride) + col;
+            t[j][hh] = ok1 ? *reinterpret_cast<const float2*>(tr) : make_float2(ok0 ? tr[0] : 0.0f, 0.0f);
             return;
         }
         const float* tr = args.target + (row0 + row) * args.target_stride + col;
@@ -993,8 +979,8 @@ __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, cons
                 g[e] = ok[e] ? round_output<T>(args.out_f32, term.gradient) * d[j][2 * hh + e] : 0.0f;
             }
             float* vr = args.values + (row0 + row) * args.values_stride + col;
-            if (ok[1] && args.values_vec2) {
-                *reinterpret_cast<float2*>(vr) = make_float2(v[0], v[1]);
+            if (ok[1] && args.values_vec2) {  // streaming: nothing reads them before the step ends
+                __stcs(reinterpret_cast<float2*>(vr), make_float2(v[0], v[1]));
             } else {
                 if (ok[0]) vr[0] = v[0];
                 if (ok[1]) vr[1] = v[1];
@@ -1176,16 +1162,17 @@ constexpr int kWgN = 32;
 template <typename T, int R, int N>
 __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out, int in, int h, float* dw, int lane,
                                               int w4) {
-    uint64_t da = wgmma_desc(smem_addr(dz)), db = wgmma_desc(smem_addr(act)) + (N / 8) * h;  // 2 N h bytes on
+    // The descriptors' address fields (32-bit adds: they cannot carry into the constant high half).
+    uint32_t a = wgmma_desc_lo(smem_addr(dz)), b = wgmma_desc_lo(smem_addr(act)) + (N / 8) * h;  // 2 N h bytes on
     float d[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
     static_assert(R % 32 == 0, "two k-steps a group");
 #pragma unroll 1
-    for (int k = 0; k < R / 32; ++k, da += 256, db += 256) {  // 32 rows on
+    for (int k = 0; k < R / 32; ++k, a += 256, b += 256) {  // 32 rows on
         wgmma_fence();
-        wgmma_tt<T, N>(d, da, db);
-        wgmma_tt<T, N>(d, da + 128, db + 128);
+        wgmma_tt<T, N>(d, kWgmmaDescHi | a, kWgmmaDescHi | b);
+        wgmma_tt<T, N>(d, kWgmmaDescHi | (a + 128), kWgmmaDescHi | (b + 128));
         wgmma_commit();
         wgmma_wait<1>();
     }
@@ -1225,6 +1212,8 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     const int64_t n_tiles = (args.rows + R - 1) / R;
     const int in_bytes = args.in_f32 ? 4 : 2, dy_bytes = args.dy_f32 ? 4 : 2;
     const bool want_dw = args.dw_partials != nullptr || args.grads != nullptr, want_dx = args.dx != nullptr;
+    // Biases (the wgmma kernel's shapes have none: known at compile time, no bias loads or tests).
+    const bool has_bias = !WG && s.bias;
     char* wsm = smem + p.off_weights;
     char* raw = smem + p.off_raw + int64_t(warp) * RW * p.raw_stride;
     char* dyt = smem + p.off_dy + int64_t(warp) * RW * p.dy_stride;
@@ -1334,7 +1323,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         };
         const uint32_t x_addr = lane_x4_addr<SW>(X + wrow * p.x_stride, p.x_stride, X4Pattern::kRowsFirst, lane);
         {
-            const LayerSlot w = layer_slot(ensure_layer(0), s.pin, W, s.bias, lane);
+            const LayerSlot w = layer_slot(ensure_layer(0), s.pin, W, has_bias, lane);
             T* dt = stash_d_tile(0);
             if constexpr (kLayer0AllChunks<RELU, W>) {  // all chunks at once (k outermost), then the epilogues
                 float acc[NC][MT][2][4];
@@ -1354,7 +1343,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
             stash_layer(0, h);
         }
         for (int l = 1; l < L; ++l) {
-            const LayerSlot w = layer_slot(ensure_layer(l), W, W, s.bias, lane);
+            const LayerSlot w = layer_slot(ensure_layer(l), W, W, has_bias, lane);
             T* dt = stash_d_tile(l);
             uint32_t h2[MT][NC][4];
 #pragma unroll
@@ -1375,7 +1364,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         }
         {
             // Output layer: dz = round_T(dL/dy * f_out'(z)), zero for padded columns and rows past the batch.
-            const LayerSlot w = layer_slot(ensure_layer(L), W, s.pout, s.bias, lane);
+            const LayerSlot w = layer_slot(ensure_layer(L), W, s.pout, has_bias, lane);
             T* dz_top = DZ + (L & 1) * dz_elems;
             if (target_raw) {  // this warp's target rows have landed in its raw rows
                 cp_async_wait_all();
