@@ -950,7 +950,8 @@ __device__ __forceinline__ void load_target_pairs(const KernelArgs& args, bool s
 // kind and whether N is a power of two are decided once, outside the element loop, and the elements
 // past the batch or the outputs are masked rather than branched around, so that the element code is
 // straight-line.
-template <typename T, int MT, int MM, bool SW = false>
+// STREAM: the value pairs leave as streaming stores (st.global.cs; measured with the wgmma kernel only).
+template <typename T, int MT, int MM, bool SW = false, bool STREAM = false>
 __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, const float (&y)[2][4], const float (&d)[2][4],
                                                     const float2 (&t)[2][2], T* dz, int dz_stride, int c, int valid,
                                                     int64_t row0, int lane) {
@@ -979,8 +980,9 @@ __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, cons
                 g[e] = ok[e] ? round_output<T>(args.out_f32, term.gradient) * d[j][2 * hh + e] : 0.0f;
             }
             float* vr = args.values + (row0 + row) * args.values_stride + col;
-            if (ok[1] && args.values_vec2) {  // streaming: nothing reads them before the step ends
-                __stcs(reinterpret_cast<float2*>(vr), make_float2(v[0], v[1]));
+            if (ok[1] && args.values_vec2) {
+                if constexpr (STREAM) __stcs(reinterpret_cast<float2*>(vr), make_float2(v[0], v[1]));
+                else *reinterpret_cast<float2*>(vr) = make_float2(v[0], v[1]);
             } else {
                 if (ok[0]) vr[0] = v[0];
                 if (ok[1]) vr[1] = v[1];
@@ -1218,10 +1220,12 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     char* raw = smem + p.off_raw + int64_t(warp) * RW * p.raw_stride;
     char* dyt = smem + p.off_dy + int64_t(warp) * RW * p.dy_stride;
     T* X = reinterpret_cast<T*>(smem + p.off_x);
-    T* stash = p.stash_in_smem ? reinterpret_cast<T*>(smem + p.off_stash)
-                               : reinterpret_cast<T*>(static_cast<char*>(args.stash) + blockIdx.x * p.stash_bytes_per_block);
+    // The wgmma kernel's plans keep the stash on chip (its global-stash code is not compiled in).
+    const bool stash_smem = WG || p.stash_in_smem;
+    T* stash = stash_smem ? reinterpret_cast<T*>(smem + p.off_stash)
+                          : reinterpret_cast<T*>(static_cast<char*>(args.stash) + blockIdx.x * p.stash_bytes_per_block);
     // The same, typed by where it is (see store_a_tile): one of them is used.
-    T* const stash_smem = reinterpret_cast<T*>(smem + p.off_stash);
+    T* const stash_smem_tile = reinterpret_cast<T*>(smem + p.off_stash);
     T* const stash_global = reinterpret_cast<T*>(static_cast<char*>(args.stash) + blockIdx.x * p.stash_bytes_per_block);
     T* awork = reinterpret_cast<T*>(smem + p.off_awork);
     T* DZ = reinterpret_cast<T*>(smem + p.off_dz);
@@ -1318,7 +1322,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         // Layer l's activations (A fragments) -> this warp's rows of its stash tile.
         auto stash_layer = [&](int l, const uint32_t (&a)[MT][NC][4]) {
             const int64_t o = (int64_t(l) * p.n_stashes) * tile_elems + wrow * AS;
-            if (p.stash_in_smem) store_a_tile<T, MT, NC, SW>(a, stash_smem + o, AS, lane);
+            if (stash_smem) store_a_tile<T, MT, NC, SW>(a, stash_smem_tile + o, AS, lane);
             else store_a_tile<T>(a, stash_global + o, AS, lane);
         };
         const uint32_t x_addr = lane_x4_addr<SW>(X + wrow * p.x_stride, p.x_stride, X4Pattern::kRowsFirst, lane);
@@ -1405,7 +1409,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                             load_target_pairs<MT>(args, target_staged, target_rows, target_pitch, c, M, valid, row0,
                                                   lane, t);
                         }
-                        output_loss_dz_tile<T, MT, M, SW>(args, y, d, t, dz_top + wrow * p.dz_stride, p.dz_stride, c,
+                        output_loss_dz_tile<T, MT, M, SW, WG>(args, y, d, t, dz_top + wrow * p.dz_stride, p.dz_stride, c,
                                                           valid, row0, lane);
                     };
                     tile(std::integral_constant<int, 0>{});
@@ -1445,8 +1449,8 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
             const T* dz_cur = DZ + (l & 1) * dz_elems;
             const T* act_src = X;
             if (l > 0) {
-                if (p.stash_in_smem) {
-                    act_src = stash_smem + (int64_t(l - 1) * p.n_stashes) * tile_elems;
+                if (stash_smem) {
+                    act_src = stash_smem_tile + (int64_t(l - 1) * p.n_stashes) * tile_elems;
                 } else {  // copy this warp's rows of a_{l-1} from the global stash into shared memory
                     T* aw = awork + (l & 1) * tile_elems;
                     const T* src = stash_global + (int64_t(l - 1) * p.n_stashes) * tile_elems;
