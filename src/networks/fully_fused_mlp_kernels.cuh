@@ -918,24 +918,38 @@ template <typename T> __device__ __forceinline__ float round_output(bool y_f32, 
 // global-target mode of the two-tile kernels loads chunk 0 this way at the start of the tile, so that
 // the loads are in flight during the recomputed forward pass instead of stalling the epilogue.
 // staged: the rows are in shared memory at dyt (dy_stride bytes per row: the dy rows of staged_target,
-// or the raw rows of target_in_raw).
-template <int MT>
+// or the raw rows of target_in_raw). SPLIT (the wgmma kernel): the shared rows are read in a branch of
+// their own, so that the loads are shared-memory loads rather than generic ones with their address
+// tests (measured there, runs 42-43 of 2026-11-30; in the other kernels the moved code cost the
+// instruction-fetch-bound width-128 kernel ~4%, so they keep one generic load for both cases).
+template <int MT, bool SPLIT = false>
 __device__ __forceinline__ void load_target_pairs(const KernelArgs& args, bool staged, const char* dyt, int dy_stride,
                                                   int c, int mm, int valid, int64_t row0, int lane, float2 (&t)[2][2]) {
     const int n_out = args.shape.n_out;
     for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
         if (m != mm) return;
-        const bool ok0 = row < valid && col < n_out, ok1 = row < valid && col + 1 < n_out;
-        if (staged) {  // apart from the global case, so that these are shared-memory loads
-            const float* tr = reinterpret_cast<const float*>(dyt + row * dy_stride) + col;
-            t[j][hh] = ok1 ? *reinterpret_cast<const float2*>(tr) : make_float2(ok0 ? tr[0] : 0.0f, 0.0f);
-            return;
-        }
-        const float* tr = args.target + (row0 + row) * args.target_stride + col;
-        if (ok1 && args.target_vec2) {
-            t[j][hh] = *reinterpret_cast<const float2*>(tr);
+        if constexpr (SPLIT) {
+            const bool ok0 = row < valid && col < n_out, ok1 = row < valid && col + 1 < n_out;
+            if (staged) {
+                const float* tr = reinterpret_cast<const float*>(dyt + row * dy_stride) + col;
+                t[j][hh] = ok1 ? *reinterpret_cast<const float2*>(tr) : make_float2(ok0 ? tr[0] : 0.0f, 0.0f);
+                return;
+            }
+            const float* tr = args.target + (row0 + row) * args.target_stride + col;
+            if (ok1 && args.target_vec2) {
+                t[j][hh] = *reinterpret_cast<const float2*>(tr);
+            } else {
+                t[j][hh] = make_float2(ok0 ? tr[0] : 0.0f, ok1 ? tr[1] : 0.0f);
+            }
         } else {
-            t[j][hh] = make_float2(ok0 ? tr[0] : 0.0f, ok1 ? tr[1] : 0.0f);
+            const float* tr = staged ? reinterpret_cast<const float*>(dyt + row * dy_stride) + col
+                                     : args.target + (row0 + row) * args.target_stride + col;
+            const bool ok0 = row < valid && col < n_out, ok1 = row < valid && col + 1 < n_out;
+            if (ok1 && (staged || args.target_vec2)) {
+                t[j][hh] = *reinterpret_cast<const float2*>(tr);
+            } else {
+                t[j][hh] = make_float2(ok0 ? tr[0] : 0.0f, ok1 ? tr[1] : 0.0f);
+            }
         }
     });
 }
@@ -1214,22 +1228,19 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     const int64_t n_tiles = (args.rows + R - 1) / R;
     const int in_bytes = args.in_f32 ? 4 : 2, dy_bytes = args.dy_f32 ? 4 : 2;
     const bool want_dw = args.dw_partials != nullptr || args.grads != nullptr, want_dx = args.dx != nullptr;
-    // Biases (the wgmma kernel's shapes have none: known at compile time, no bias loads or tests).
-    const bool has_bias = !WG && s.bias;
     char* wsm = smem + p.off_weights;
     char* raw = smem + p.off_raw + int64_t(warp) * RW * p.raw_stride;
     char* dyt = smem + p.off_dy + int64_t(warp) * RW * p.dy_stride;
     T* X = reinterpret_cast<T*>(smem + p.off_x);
-    // The wgmma kernel's plans keep the stash on chip (its global-stash code is not compiled in).
-    const bool stash_smem = WG || p.stash_in_smem;
-    T* stash = stash_smem ? reinterpret_cast<T*>(smem + p.off_stash)
-                          : reinterpret_cast<T*>(static_cast<char*>(args.stash) + blockIdx.x * p.stash_bytes_per_block);
+    T* stash = p.stash_in_smem ? reinterpret_cast<T*>(smem + p.off_stash)
+                               : reinterpret_cast<T*>(static_cast<char*>(args.stash) + blockIdx.x * p.stash_bytes_per_block);
     // The same, typed by where it is (see store_a_tile): one of them is used.
     T* const stash_smem_tile = reinterpret_cast<T*>(smem + p.off_stash);
     T* const stash_global = reinterpret_cast<T*>(static_cast<char*>(args.stash) + blockIdx.x * p.stash_bytes_per_block);
     T* awork = reinterpret_cast<T*>(smem + p.off_awork);
     T* DZ = reinterpret_cast<T*>(smem + p.off_dz);
-    float* dw = p.dw_in_smem ? reinterpret_cast<float*>(smem + p.off_dw) : args.dw_partials + blockIdx.x * s.n_params();
+    float* dw = p.dw_in_smem ? reinterpret_cast<float*>(smem + p.off_dw)
+                             : args.dw_partials + int64_t(blockIdx.x) * s.n_params();
     const DwTarget dw_target{p.dw_in_smem, reinterpret_cast<float*>(smem + p.off_dw),
                              args.dw_partials + blockIdx.x * s.n_params()};
     const int64_t tile_elems = int64_t(R) * p.act_stride, dz_elems = int64_t(R) * p.dz_stride;
@@ -1314,7 +1325,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         float2 tpre[MT][2][2];
         if (target_pre)
 #pragma unroll
-            for (int m = 0; m < MT; ++m) load_target_pairs<MT>(args, false, dyt, p.dy_stride, 0, m, valid, row0, lane, tpre[m]);
+            for (int m = 0; m < MT; ++m) load_target_pairs<MT, WG>(args, false, dyt, p.dy_stride, 0, m, valid, row0, lane, tpre[m]);
 
         // ---- Recomputed forward pass; a (and f'(z)) of hidden layers go to the stash.
         uint32_t h[MT][NC][4];
@@ -1322,12 +1333,12 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         // Layer l's activations (A fragments) -> this warp's rows of its stash tile.
         auto stash_layer = [&](int l, const uint32_t (&a)[MT][NC][4]) {
             const int64_t o = (int64_t(l) * p.n_stashes) * tile_elems + wrow * AS;
-            if (stash_smem) store_a_tile<T, MT, NC, SW>(a, stash_smem_tile + o, AS, lane);
+            if (WG || p.stash_in_smem) store_a_tile<T, MT, NC, SW>(a, stash_smem_tile + o, AS, lane);
             else store_a_tile<T>(a, stash_global + o, AS, lane);
         };
         const uint32_t x_addr = lane_x4_addr<SW>(X + wrow * p.x_stride, p.x_stride, X4Pattern::kRowsFirst, lane);
         {
-            const LayerSlot w = layer_slot(ensure_layer(0), s.pin, W, has_bias, lane);
+            const LayerSlot w = layer_slot(ensure_layer(0), s.pin, W, !WG && s.bias, lane);  // (the wgmma kernel's shapes have no bias)
             T* dt = stash_d_tile(0);
             if constexpr (kLayer0AllChunks<RELU, W>) {  // all chunks at once (k outermost), then the epilogues
                 float acc[NC][MT][2][4];
@@ -1347,7 +1358,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
             stash_layer(0, h);
         }
         for (int l = 1; l < L; ++l) {
-            const LayerSlot w = layer_slot(ensure_layer(l), W, W, has_bias, lane);
+            const LayerSlot w = layer_slot(ensure_layer(l), W, W, !WG && s.bias, lane);  // (the wgmma kernel's shapes have no bias)
             T* dt = stash_d_tile(l);
             uint32_t h2[MT][NC][4];
 #pragma unroll
@@ -1368,7 +1379,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         }
         {
             // Output layer: dz = round_T(dL/dy * f_out'(z)), zero for padded columns and rows past the batch.
-            const LayerSlot w = layer_slot(ensure_layer(L), W, s.pout, has_bias, lane);
+            const LayerSlot w = layer_slot(ensure_layer(L), W, s.pout, !WG && s.bias, lane);  // (the wgmma kernel's shapes have no bias)
             T* dz_top = DZ + (L & 1) * dz_elems;
             if (target_raw) {  // this warp's target rows have landed in its raw rows
                 cp_async_wait_all();
@@ -1381,7 +1392,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 if (pipe)
 #pragma unroll
                     for (int m = 0; m < MT; ++m)
-                        load_target_pairs<MT>(args, false, dyt, p.dy_stride, c + 1, m, valid, row0, lane, tnext[m]);
+                        load_target_pairs<MT, WG>(args, false, dyt, p.dy_stride, c + 1, m, valid, row0, lane, tnext[m]);
                 float acc[MT][2][4];
                 output_chunk<T>(acc, c, h, w, lane);
                 if (RELU && args.fused_loss) {
@@ -1406,7 +1417,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
 #pragma unroll
                                 for (int hh = 0; hh < 2; ++hh) t[j][hh] = tpre[M][j][hh];
                         } else {
-                            load_target_pairs<MT>(args, target_staged, target_rows, target_pitch, c, M, valid, row0,
+                            load_target_pairs<MT, WG>(args, target_staged, target_rows, target_pitch, c, M, valid, row0,
                                                   lane, t);
                         }
                         output_loss_dz_tile<T, MT, M, SW, WG>(args, y, d, t, dz_top + wrow * p.dz_stride, p.dz_stride, c,
@@ -1449,7 +1460,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
             const T* dz_cur = DZ + (l & 1) * dz_elems;
             const T* act_src = X;
             if (l > 0) {
-                if (stash_smem) {
+                if (WG || p.stash_in_smem) {  // (the wgmma kernel's plans keep the stash on chip)
                     act_src = stash_smem_tile + (int64_t(l - 1) * p.n_stashes) * tile_elems;
                 } else {  // copy this warp's rows of a_{l-1} from the global stash into shared memory
                     T* aw = awork + (l & 1) * tile_elems;

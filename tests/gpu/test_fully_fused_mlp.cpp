@@ -381,13 +381,13 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
 
 #ifdef TNN_WITH_CUDA
 TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel) {
-    // The wgmma backward kernel (BackwardPlan::wgmma: swizzled tiles, dW per warpgroup by wgmma) where
-    // the build and the device have it (an sm_90a build on an sm_90 GPU must): dL/dparams against the
+    // The wgmma backward kernel (BackwardPlan::wgmma: swizzled tiles, dW by wgmma) where the build
+    // and the device have it (an sm_90a build on an sm_90 GPU must): dL/dparams against the
     // fp64 reference like every plan; dL/dinput and the fused step's loss values and dL/dinput bit for
     // bit against the mma.sync kernel on the same 12-warp plan otherwise (the chain and the forward pass
     // are the same instructions; only dW is grouped otherwise). Both dtypes, inputs narrower than 64
     // (the tiles' unused columns), 1 to 64 outputs, three hidden layers, 16-bit input and fp32 output,
-    // tails, and one block (the partials of its three warpgroups reduced, not written directly). The
+    // tails, and one block (its slot reduced, not written directly: red.global.add). The
     // fused step equals the unfused one bit for bit under it in FullyFusedMlpGpuFusedLoss (its default
     // plan at 64->64->64 and the 12-warp overrides).
     TNN_SKIP_WITHOUT_GPU();
