@@ -293,6 +293,7 @@ struct KernelArgs {
     int64_t dx_stride = 0;
     float* dw_partials = nullptr;  // [gridDim.x][n_params] fp32, fragment order (Shape::fragment_index)
     void* grads = nullptr;         // gridDim.x == 1: dL/dparams (network dtype) written by the kernel itself
+                                   // (not the wgmma kernel's plans: they take the partials and the reduction)
     bool accumulate = false;       // ... added to (GradMode::accumulate) instead of overwritten
     void* stash = nullptr;         // [gridDim.x][stash_bytes_per_block] when the stash is global
     // The fused training step (backward only): the kernel takes dL/dy from the loss of the recomputed

@@ -162,37 +162,27 @@ constexpr uint64_t kWgmmaDescHi = uint64_t((1024u >> 4) | (1u << 30)) << 32;
 __device__ __forceinline__ uint32_t wgmma_desc_lo(uint32_t addr) { return (addr & 0x3FFFF) >> 4; }
 // d (64 x N fp32 over the warpgroup; this warp's rows 16 (warp % 4) .. + 15 in mma.sync C-fragment
 // order, n8 tile j in d[4 j .. 4 j + 3]) += A * B, A the first tile's transpose and B the second tile's
-// rows, from descriptors of [16 rows][64] swizzled tiles (M-major A, N-major B; with N = 32, B may start
-// 64 bytes into its rows for columns 32..63: the swizzle applies to the final addresses). N = 32 or 64.
+// rows, from descriptors of [16 rows][64] swizzled tiles (M-major A, N-major B; B may start 64 bytes into
+// its rows for columns 32..63: the swizzle applies to the final addresses). N = 32 only (m64n64 made
+// ptxas spill in the 168-register kernel).
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_tt(float (&d)[N / 2], uint64_t da, uint64_t db) {
-    static_assert(N == 32 || N == 64, "wgmma_tt: N = 32 or 64");
+    static_assert(N == 32, "wgmma_tt: m64n32k16 only");
 #if TNN_FFM_WGMMA_BUILT
 #define TNN_FFM_WG_D8(o)                                                                                         \
     "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
         "+f"(d[o + 7])
 #define TNN_FFM_WG_D16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
-#define TNN_FFM_WG_D32 TNN_FFM_WG_D16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-    constexpr bool kHalf = std::is_same_v<T, gpu_half>;
-    if constexpr (N == 32 && kHalf)
+    if constexpr (std::is_same_v<T, gpu_half>)
         asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {" TNN_FFM_WG_D16 "}, %16, %17, 1, 1, 1, 1, 1;\n"
                      : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8)
                      : "l"(da), "l"(db));
-    else if constexpr (N == 32)
+    else
         asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" TNN_FFM_WG_D16 "}, %16, %17, 1, 1, 1, 1, 1;\n"
                      : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8)
                      : "l"(da), "l"(db));
-    else if constexpr (kHalf)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" TNN_FFM_WG_D32 "}, %32, %33, 1, 1, 1, 1, 1;\n"
-                     : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8), TNN_FFM_WG_D8(16), TNN_FFM_WG_D8(24)
-                     : "l"(da), "l"(db));
-    else
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" TNN_FFM_WG_D32 "}, %32, %33, 1, 1, 1, 1, 1;\n"
-                     : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8), TNN_FFM_WG_D8(16), TNN_FFM_WG_D8(24)
-                     : "l"(da), "l"(db));
 #undef TNN_FFM_WG_D8
 #undef TNN_FFM_WG_D16
-#undef TNN_FFM_WG_D32
 #else
     (void)d, (void)da, (void)db;
     __trap();
@@ -1163,7 +1153,7 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
 }
 
 constexpr int kWgGroups = kWgmmaWarps / 4;  // warpgroups of the wgmma kernel's block
-// Its dW wgmma shape m64nNk16: N = 64 made ptxas spill at the 168-register bound, N = 32 not.
+// Its dW wgmma shape m64nNk16 (wgmma_tt): N = 64 made ptxas spill at the 168-register bound, N = 32 not.
 constexpr int kWgN = 32;
 // The wgmma kernel's dW over the block's R rows, N columns of one layer by the calling warpgroup
 // (lane, w4 = warp % 4): dw (the block's slot) += DZ^T ACT[:, N h .. N h + N), DZ and ACT swizzled
@@ -1171,10 +1161,10 @@ constexpr int kWgN = 32;
 // product they reach are not stored). R / 16 wgmma m64nNk16 accumulating in k-step order from 0; warp
 // w4 holds rows 16 w4 .. 16 w4 + 15 of the product in C-fragment order, i.e. the accumulators of C
 // tiles (w4, N h / 8 + j) in fragment order (Shape::fragment_index), added to the slot with red_add4.
-// The k-loop issues one wgmma per step and lets two be in flight (fence, commit, wait for all but one),
-// as GEMM main loops do: unrolled, ptxas spilled at the kernel's 168 registers; rolled with one commit
-// at the end, it waited for every wgmma before the next (WARPGROUP.DEPBAR after each HGMMA: run 33 of
-// 2026-11-30).
+// The k-loop commits two k-steps per group and waits for all groups but the last (so up to two groups,
+// four wgmmas, in flight), as GEMM main loops do: fully unrolled, ptxas spilled at the kernel's 168
+// registers; rolled with one commit at the end, it waited for every wgmma before the next
+// (WARPGROUP.DEPBAR after each HGMMA: run 33 of 2026-11-30).
 template <typename T, int R, int N>
 __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out, int in, int h, float* dw, int lane,
                                               int w4) {
