@@ -22,15 +22,14 @@ namespace tnn::ffm {
 
 namespace {
 
-// ---- Kernel: dL/dparams[i] = T(sum over slots b = 0, 1, ... of partials[b][i] (+ old value)): the
-// blocks' slots in block order. A block handles 32 parameters with 8
-// warps; warp q sums slots q, q + 8, ... in order, then one thread adds the 8 warp sums in order: the
-// result depends only on the number of slots.
+// ---- Kernel: dL/dparams[i] = T(sum over blocks b = 0, 1, ... of partials[b][i] (+ old value)).
+// A block handles 32 parameters with 8 warps; warp q sums blocks q, q + 8, ... in order, then one
+// thread adds the 8 warp sums in order: the result depends only on the number of blocks.
 constexpr int kReduceSlices = 8;
 
 // Partials are in fragment order (Shape::fragment_index); the result is in parameter order.
 template <typename T>
-__global__ void fully_fused_mlp_reduce_kernel(const float* __restrict__ partials, int n_slots, Shape shape,
+__global__ void fully_fused_mlp_reduce_kernel(const float* __restrict__ partials, int n_blocks, Shape shape,
                                               T* __restrict__ dL_dparams, bool accumulate) {
     __shared__ float sums[kReduceSlices][33];
     const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
@@ -39,7 +38,7 @@ __global__ void fully_fused_mlp_reduce_kernel(const float* __restrict__ partials
     float s = 0.0f;
     if (i < n_params) {
         const int64_t f = shape.fragment_index(i);
-        for (int b = slice; b < n_slots; b += kReduceSlices) s += partials[int64_t(b) * n_params + f];
+        for (int b = slice; b < n_blocks; b += kReduceSlices) s += partials[int64_t(b) * n_params + f];
     }
     sums[slice][lane] = s;
     __syncthreads();
@@ -231,9 +230,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     auto grid_of = [&](const BackwardPlan& p) {
         constexpr int64_t kScratchCap = int64_t(256) << 20;
         int g = grid_size(a.rows, int64_t(p.n_warps) * p.rows_per_warp, sm_count, p.blocks_per_sm);
-        if (dL_dparams)
-            g = static_cast<int>(
-                std::max<int64_t>(1, std::min<int64_t>(g, kScratchCap / (n_params * 4))));
+        if (dL_dparams) g = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, kScratchCap / (n_params * 4))));
         if (!p.stash_in_smem)
             g = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, kScratchCap / p.stash_bytes_per_block)));
         return g;
@@ -320,13 +317,12 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         const auto s = gpu::native_stream(stream);
         const unsigned blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(n_params, 32));
         const bool accumulate = mode == GradMode::accumulate;
-        const int n_slots = grid;  // block b's slot b: a fixed order
         if (dtype == DType::f16)
             fully_fused_mlp_reduce_kernel<gpu_half><<<blocks, 32 * kReduceSlices, 0, s>>>(
-                a.dw_partials, n_slots, a.shape, static_cast<gpu_half*>(dL_dparams), accumulate);
+                a.dw_partials, grid, a.shape, static_cast<gpu_half*>(dL_dparams), accumulate);
         else
             fully_fused_mlp_reduce_kernel<gpu_bf16><<<blocks, 32 * kReduceSlices, 0, s>>>(
-                a.dw_partials, n_slots, a.shape, static_cast<gpu_bf16*>(dL_dparams), accumulate);
+                a.dw_partials, grid, a.shape, static_cast<gpu_bf16*>(dL_dparams), accumulate);
         TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_reduce_kernel");
     }
 }

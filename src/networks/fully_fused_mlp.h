@@ -229,13 +229,13 @@ struct BackwardPlan {
     int blocks_per_sm = 0;
 };
 
-// What the planner may use. smem_per_sm and regs_* are for the occupancy estimate only.
 // Whether two backward plans of one network, launched over the same rows with grids grid_a and
 // grid_b, sum dW over the same rows in the same order (the same kernel kind, rows per block and
 // blocks): the fused training step may run the unfused step's plan only as such a variant (another
 // target staging, dy rows or not), so that its dL/dparams equal the unfused step's bit for bit.
 bool same_dw_order(const BackwardPlan& a, int grid_a, const BackwardPlan& b, int grid_b);
 
+// What the planner may use. smem_per_sm and regs_* are for the occupancy estimate only.
 struct DeviceLimits {
     int64_t smem_per_block = 0, smem_per_sm = 0;
     int regs_per_sm = 65536, regs_per_thread = 128, max_warps_per_sm = 64;

@@ -160,14 +160,13 @@ __device__ __forceinline__ void fence_proxy_async_smem() { TNN_FFM_WG_ASM("fence
 // others below 256 KiB of shared memory. wgmma_desc_lo gives the address field; kWgmmaDescHi | it the descriptor.
 constexpr uint64_t kWgmmaDescHi = uint64_t((1024u >> 4) | (1u << 30)) << 32;
 __device__ __forceinline__ uint32_t wgmma_desc_lo(uint32_t addr) { return (addr & 0x3FFFF) >> 4; }
-// d (64 x N fp32 over the warpgroup; this warp's rows 16 (warp % 4) .. + 15 in mma.sync C-fragment
+// d (64 x 32 fp32 over the warpgroup; this warp's rows 16 (warp % 4) .. + 15 in mma.sync C-fragment
 // order, n8 tile j in d[4 j .. 4 j + 3]) += A * B, A the first tile's transpose and B the second tile's
 // rows, from descriptors of [16 rows][64] swizzled tiles (M-major A, N-major B; B may start 64 bytes into
-// its rows for columns 32..63: the swizzle applies to the final addresses). N = 32 only (m64n64 made
-// ptxas spill in the 168-register kernel).
-template <typename T, int N>
-__device__ __forceinline__ void wgmma_tt(float (&d)[N / 2], uint64_t da, uint64_t db) {
-    static_assert(N == 32, "wgmma_tt: m64n32k16 only");
+// its rows for columns 32..63: the swizzle applies to the final addresses). m64n32, not m64n64: the
+// 32 accumulators of m64n64 made ptxas spill in the 168-register kernel.
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n32k16_tt(float (&d)[16], uint64_t da, uint64_t db) {
 #if TNN_FFM_WGMMA_BUILT
 #define TNN_FFM_WG_D8(o)                                                                                         \
     "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
@@ -1153,21 +1152,21 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
 }
 
 constexpr int kWgGroups = kWgmmaWarps / 4;  // warpgroups of the wgmma kernel's block
-// Its dW wgmma shape m64nNk16 (wgmma_tt): N = 64 made ptxas spill at the 168-register bound, N = 32 not.
-constexpr int kWgN = 32;
-// The wgmma kernel's dW over the block's R rows, N columns of one layer by the calling warpgroup
+constexpr int kWgN = 32;                      // columns of one dW job (wgmma_m64n32k16_tt)
+// The wgmma kernel's dW over the block's R rows, N = kWgN columns of one layer by the calling warpgroup
 // (lane, w4 = warp % 4): dw (the block's slot) += DZ^T ACT[:, N h .. N h + N), DZ and ACT swizzled
 // [R][64] tiles (1024-byte aligned; columns past out / in hold anything: the rows and columns of the
-// product they reach are not stored). R / 16 wgmma m64nNk16 accumulating in k-step order from 0; warp
+// product they reach are not stored). R / 16 wgmma m64n32k16 accumulating in k-step order from 0; warp
 // w4 holds rows 16 w4 .. 16 w4 + 15 of the product in C-fragment order, i.e. the accumulators of C
 // tiles (w4, N h / 8 + j) in fragment order (Shape::fragment_index), added to the slot with red_add4.
 // The k-loop commits two k-steps per group and waits for all groups but the last (so up to two groups,
 // four wgmmas, in flight), as GEMM main loops do: fully unrolled, ptxas spilled at the kernel's 168
 // registers; rolled with one commit at the end, it waited for every wgmma before the next
 // (WARPGROUP.DEPBAR after each HGMMA: run 33 of 2026-11-30).
-template <typename T, int R, int N>
+template <typename T, int R>
 __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out, int in, int h, float* dw, int lane,
                                               int w4) {
+    constexpr int N = kWgN;
     // The descriptors' address fields (32-bit adds: they cannot carry into the constant high half).
     uint32_t a = wgmma_desc_lo(smem_addr(dz)), b = wgmma_desc_lo(smem_addr(act)) + (N / 8) * h;  // 2 N h bytes on
     float d[N / 2];
@@ -1177,8 +1176,8 @@ __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out
 #pragma unroll 1
     for (int k = 0; k < R / 32; ++k, a += 256, b += 256) {  // 32 rows on
         wgmma_fence();
-        wgmma_tt<T, N>(d, kWgmmaDescHi | a, kWgmmaDescHi | b);
-        wgmma_tt<T, N>(d, kWgmmaDescHi | (a + 128), kWgmmaDescHi | (b + 128));
+        wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | a, kWgmmaDescHi | b);
+        wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | (a + 128), kWgmmaDescHi | (b + 128));
         wgmma_commit();
         wgmma_wait<1>();
     }
@@ -1328,7 +1327,8 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         };
         const uint32_t x_addr = lane_x4_addr<SW>(X + wrow * p.x_stride, p.x_stride, X4Pattern::kRowsFirst, lane);
         {
-            const LayerSlot w = layer_slot(ensure_layer(0), s.pin, W, !WG && s.bias, lane);  // (the wgmma kernel's shapes have no bias)
+            // !WG && s.bias: the wgmma kernel's shapes have no bias (no bias code is compiled into it).
+            const LayerSlot w = layer_slot(ensure_layer(0), s.pin, W, !WG && s.bias, lane);
             T* dt = stash_d_tile(0);
             if constexpr (kLayer0AllChunks<RELU, W>) {  // all chunks at once (k outermost), then the epilogues
                 float acc[NC][MT][2][4];
@@ -1348,7 +1348,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
             stash_layer(0, h);
         }
         for (int l = 1; l < L; ++l) {
-            const LayerSlot w = layer_slot(ensure_layer(l), W, W, !WG && s.bias, lane);  // (the wgmma kernel's shapes have no bias)
+            const LayerSlot w = layer_slot(ensure_layer(l), W, W, !WG && s.bias, lane);
             T* dt = stash_d_tile(l);
             uint32_t h2[MT][NC][4];
 #pragma unroll
@@ -1369,7 +1369,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         }
         {
             // Output layer: dz = round_T(dL/dy * f_out'(z)), zero for padded columns and rows past the batch.
-            const LayerSlot w = layer_slot(ensure_layer(L), W, s.pout, !WG && s.bias, lane);  // (the wgmma kernel's shapes have no bias)
+            const LayerSlot w = layer_slot(ensure_layer(L), W, s.pout, !WG && s.bias, lane);
             T* dz_top = DZ + (L & 1) * dz_elems;
             if (target_raw) {  // this warp's target rows have landed in its raw rows
                 cp_async_wait_all();
@@ -1474,18 +1474,18 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 if (want_dw)
                     for (int h = 0; h < 64 / kWgN && kWgN * h < in; ++h)
                         if (warp / 4 == ((64 / kWgN) * (L - l) + h) % kWgGroups)
-                            dw_cols_wgmma<T, kWgmmaWarps * 16, kWgN>(dz_cur, act_src, out, in, h,
-                                                                     dw + s.weight_offset(l), lane, warp % 4);
+                            dw_cols_wgmma<T, kWgmmaWarps * 16>(dz_cur, act_src, out, in, h, dw + s.weight_offset(l),
+                                                               lane, warp % 4);
             } else {
                 __syncthreads();
-            }
-            if (!WG && want_dw) {  // (WG: above)
-                // One call per kind of layer, so that the hidden layers' pitches and sizes are constants.
-                const DwTarget dwl = dw_target.offset(s.weight_offset(l));
-                float* dbl = s.bias ? dw + s.bias_offset(l) : nullptr;
-                if (l == L) dw_layer<T, RELU>(dz_cur, p.dz_stride, act_src, AS, out, W, R, dwl, dbl, lane, warp, nw);
-                else if (l > 0) dw_layer<T, RELU>(dz_cur, DS, act_src, AS, W, W, R, dwl, dbl, lane, warp, nw);
-                else dw_layer<T, RELU>(dz_cur, DS, X, p.x_stride, W, in, R, dwl, dbl, lane, warp, nw);
+                if (want_dw) {
+                    // One call per kind of layer, so that the hidden layers' pitches and sizes are constants.
+                    const DwTarget dwl = dw_target.offset(s.weight_offset(l));
+                    float* dbl = s.bias ? dw + s.bias_offset(l) : nullptr;
+                    if (l == L) dw_layer<T, RELU>(dz_cur, p.dz_stride, act_src, AS, out, W, R, dwl, dbl, lane, warp, nw);
+                    else if (l > 0) dw_layer<T, RELU>(dz_cur, DS, act_src, AS, W, W, R, dwl, dbl, lane, warp, nw);
+                    else dw_layer<T, RELU>(dz_cur, DS, X, p.x_stride, W, in, R, dwl, dbl, lane, warp, nw);
+                }
             }
             if (l == 0 && !want_dx) break;
 
