@@ -128,6 +128,15 @@ __device__ __forceinline__ uint32_t h2_at(const __half* m, int ld, int r0, int c
     return u;
 }
 
+// Row-major [64][64] out <- this lane's C fragment c[0..3] of n8 tile i (rows r0, r0 + 8; columns
+// 8 i + 2 t, + 1).
+__device__ __forceinline__ void store_c8(float* out, int r0, int t, int i, const float* c) {
+    out[r0 * 64 + 8 * i + 2 * t] = c[0];
+    out[r0 * 64 + 8 * i + 2 * t + 1] = c[1];
+    out[(r0 + 8) * 64 + 8 * i + 2 * t] = c[2];
+    out[(r0 + 8) * 64 + 8 * i + 2 * t + 1] = c[3];
+}
+
 // Copies a row-major [rows][64] global matrix into a swizzled shared tile.
 __device__ void to_sw128(char* tile, const __half* g, int rows) {
     for (int i = threadIdx.x; i < rows * 64; i += blockDim.x) {
@@ -170,12 +179,7 @@ __global__ void check_rs(const __half* X, const __half* W, float* out_wg, float*
     }
     wg_commit();
     wg_wait0();
-    for (int i = 0; i < 8; ++i) {
-        out_wg[r0 * 64 + 8 * i + 2 * t] = d[4 * i];
-        out_wg[r0 * 64 + 8 * i + 2 * t + 1] = d[4 * i + 1];
-        out_wg[(r0 + 8) * 64 + 8 * i + 2 * t] = d[4 * i + 2];
-        out_wg[(r0 + 8) * 64 + 8 * i + 2 * t + 1] = d[4 * i + 3];
-    }
+    for (int i = 0; i < 8; ++i) store_c8(out_wg, r0, t, i, d + 4 * i);
     // mma.sync reference: B[k][n] = W[n][k] (ROLE 0) or W[k][n] (ROLE 1).
     auto bval = [&](int k, int n) { return ROLE == 0 ? W[n * 64 + k] : W[k * 64 + n]; };
     for (int i = 0; i < 8; ++i) {
@@ -189,10 +193,7 @@ __global__ void check_rs(const __half* X, const __half* W, float* out_wg, float*
             memcpy(&u1, &b1, 4);
             mma16816(acc, a[kk], u0, u1);
         }
-        out_mma[r0 * 64 + 8 * i + 2 * t] = acc[0];
-        out_mma[r0 * 64 + 8 * i + 2 * t + 1] = acc[1];
-        out_mma[(r0 + 8) * 64 + 8 * i + 2 * t] = acc[2];
-        out_mma[(r0 + 8) * 64 + 8 * i + 2 * t + 1] = acc[3];
+        store_c8(out_mma, r0, t, i, acc);
     }
 }
 
@@ -218,12 +219,7 @@ __global__ void check_ss(const __half* DZ, const __half* ACT, float* out_wg, flo
                        make_desc(smem_u32(act) + 2048u * kk, lbo_b, sbo_b), 1);
     wg_commit();
     wg_wait0();
-    for (int i = 0; i < 8; ++i) {
-        out_wg[r0 * 64 + 8 * i + 2 * t] = d[4 * i];
-        out_wg[r0 * 64 + 8 * i + 2 * t + 1] = d[4 * i + 1];
-        out_wg[(r0 + 8) * 64 + 8 * i + 2 * t] = d[4 * i + 2];
-        out_wg[(r0 + 8) * 64 + 8 * i + 2 * t + 1] = d[4 * i + 3];
-    }
+    for (int i = 0; i < 8; ++i) store_c8(out_wg, r0, t, i, d + 4 * i);
     // mma.sync: A[m][k] = DZ[k][m], B[k][n] = ACT[k][n], k-steps in the same order.
     for (int i = 0; i < 8; ++i) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -238,10 +234,7 @@ __global__ void check_ss(const __half* DZ, const __half* ACT, float* out_wg, flo
             const uint32_t b0 = h2_at(ACT, 64, k, n, k + 1, n), b1 = h2_at(ACT, 64, k + 8, n, k + 9, n);
             mma16816(acc, a, b0, b1);
         }
-        out_mma[r0 * 64 + 8 * i + 2 * t] = acc[0];
-        out_mma[r0 * 64 + 8 * i + 2 * t + 1] = acc[1];
-        out_mma[(r0 + 8) * 64 + 8 * i + 2 * t] = acc[2];
-        out_mma[(r0 + 8) * 64 + 8 * i + 2 * t + 1] = acc[3];
+        store_c8(out_mma, r0, t, i, acc);
     }
 }
 
@@ -375,6 +368,24 @@ __device__ __forceinline__ void init_a(uint32_t (&a)[4][4], int lane, int it) {
         for (int r = 0; r < 4; ++r) a[kk][r] = pack_h2(0.01f * ((lane + kk + r + it) & 7), 0.02f * ((lane * 3 + r) & 5));
 }
 
+// The timing loop of both forward variants: per iteration, kLayers layers of layer(l, d, a) (d = a W^T of
+// this warp's 16 rows), each followed by ReLU and the repack of d into the next layer's A fragments.
+template <class Layer> __device__ __forceinline__ void fwd_chain(int iters, float* sink, int lane, Layer&& layer) {
+    float s = 0.0f;
+    for (int it = 0; it < iters; ++it) {
+        uint32_t a[4][4];
+        init_a(a, lane, it);
+        float d[32];
+#pragma unroll
+        for (int l = 0; l < kLayers; ++l) {
+            layer(l, d, a);
+            relu_pack(d, a);
+        }
+        s += d[lane & 31];
+    }
+    sink[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+
 // mma.sync: B fragments by ldmatrix (non-trans, [n][k] weights, padded pitch), as the kernel's
 // forward does. 12 warps, each its own rows.
 __global__ void __launch_bounds__(384, 1) time_fwd_mma(int iters, float* sink) {
@@ -386,32 +397,22 @@ __global__ void __launch_bounds__(384, 1) time_fwd_mma(int iters, float* sink) {
     const int i8 = lane >> 3, r8 = lane & 7;
     // [n][k] block, kColsFirst: matrix i -> n rows 8*(i>>1).., k cols 8*(i&1)..: {b0,b1} of n-tile 0, then 1.
     const uint32_t lane_off = pad72(r8 + 8 * (i8 >> 1), 8 * (i8 & 1));
-    float s = 0.0f;
-    for (int it = 0; it < iters; ++it) {
-        uint32_t a[4][4];
-        init_a(a, lane, it);
-        float d[32];
+    fwd_chain(iters, sink, lane, [&](int l, float (&d)[32], const uint32_t (&a)[4][4]) {
+        const uint32_t w = smem_u32(sm + l * 64 * 144) + lane_off;
 #pragma unroll
-        for (int l = 0; l < kLayers; ++l) {
-            const uint32_t w = smem_u32(sm + l * 64 * 144) + lane_off;
+        for (int i = 0; i < 32; ++i) d[i] = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 32; ++i) d[i] = 0.0f;
+        for (int np = 0; np < 4; ++np)
 #pragma unroll
-            for (int np = 0; np < 4; ++np)
-#pragma unroll
-                for (int kk = 0; kk < 4; ++kk) {
-                    uint32_t b[4];
-                    ldsm_x4<false>(b, w + np * 16 * 144 + kk * 32);
-                    float* c0 = d + 8 * np;
-                    float* c1 = d + 8 * np + 4;
-                    mma16816(*reinterpret_cast<float(*)[4]>(c0), a[kk], b[0], b[1]);
-                    mma16816(*reinterpret_cast<float(*)[4]>(c1), a[kk], b[2], b[3]);
-                }
-            relu_pack(d, a);
-        }
-        s += d[lane & 31];
-    }
-    sink[blockIdx.x * blockDim.x + threadIdx.x] = s;
+            for (int kk = 0; kk < 4; ++kk) {
+                uint32_t b[4];
+                ldsm_x4<false>(b, w + np * 16 * 144 + kk * 32);
+                float* c0 = d + 8 * np;
+                float* c1 = d + 8 * np + 4;
+                mma16816(*reinterpret_cast<float(*)[4]>(c0), a[kk], b[0], b[1]);
+                mma16816(*reinterpret_cast<float(*)[4]>(c1), a[kk], b[2], b[3]);
+            }
+    });
 }
 
 // wgmma: B = W^T from swizzled [n][k] tiles (K-major); the three warpgroups each run their own
@@ -424,24 +425,14 @@ __global__ void __launch_bounds__(384, 1) time_fwd_wgmma(int iters, float* sink,
         reinterpret_cast<__half*>(sm)[i] = __float2half(((i * 7) % 11 - 5) * 0.03f);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
-    float s = 0.0f;
-    for (int it = 0; it < iters; ++it) {
-        uint32_t a[4][4];
-        init_a(a, lane, it);
-        float d[32];
+    fwd_chain(iters, sink, lane, [&](int l, float (&d)[32], const uint32_t (&a)[4][4]) {
+        const uint32_t w = smem_u32(sm + l * 64 * 128);
+        wg_fence();
 #pragma unroll
-        for (int l = 0; l < kLayers; ++l) {
-            const uint32_t w = smem_u32(sm + l * 64 * 128);
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) wgmma_rs<0>(d, a[kk], make_desc(w + 32u * kk, lbo, sbo), kk > 0);
-            wg_commit();
-            wg_wait0();
-            relu_pack(d, a);
-        }
-        s += d[lane & 31];
-    }
-    sink[blockIdx.x * blockDim.x + threadIdx.x] = s;
+        for (int kk = 0; kk < 4; ++kk) wgmma_rs<0>(d, a[kk], make_desc(w + 32u * kk, lbo, sbo), kk > 0);
+        wg_commit();
+        wg_wait0();
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
