@@ -229,6 +229,14 @@ struct BackwardPlan {
     int blocks_per_sm = 0;
 };
 
+// The tile layout the wgmma kernel's descriptors assume (layout_backward makes it for wgmma plans):
+// 64-element rows of the x, stash and dz tiles, each tile 1024-byte aligned, and 1024 bytes of shared
+// memory beyond the plan's regions for aligning the base. The launcher refuses a wgmma plan without it.
+inline bool wgmma_tile_layout(const BackwardPlan& p) {
+    return p.x_stride == 64 && p.act_stride == 64 && p.dz_stride == 64 && p.off_x % 1024 == 0 &&
+           p.off_stash % 1024 == 0 && p.off_dz % 1024 == 0 && p.off_dw + 1024 <= p.smem_bytes;
+}
+
 // Whether two backward plans of one network, launched over the same rows with grids grid_a and
 // grid_b, sum dW over the same rows in the same order (the same kernel kind, rows per block and
 // blocks): the fused training step may run the unfused step's plan only as such a variant (another

@@ -1674,7 +1674,7 @@ template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args
             const Shape& sh = args.shape;
             if constexpr (W == 64 && MT == 1) {
                 if (!args.relu || args.bwd.n_warps != kWgmmaWarps || !args.bwd.weights_resident ||
-                    !args.bwd.stash_in_smem || args.bwd.dw_in_smem || args.grads ||
+                    !args.bwd.stash_in_smem || args.bwd.dw_in_smem || args.grads || !wgmma_tile_layout(args.bwd) ||
                     !wgmma_backward_shape(sh.width, sh.pin, sh.pout, sh.bias))
                     throw Error(msg("FullyFusedMLP: a wgmma backward plan for a shape or block it does not cover (",
                                     args.bwd.n_warps, " warps, ", sh.pin, " -> ", sh.width, " -> ", sh.pout, ")"));

@@ -438,6 +438,7 @@ void check_backward_plan(const ffm::Shape& s, const ffm::BackwardPlan& p, int64_
     if (p.wgmma) {  // 64-column swizzled tiles on 1024-byte boundaries, with 1024 bytes of slack for the base
         EXPECT_TRUE(p.x_stride == 64 && p.act_stride == 64 && p.dz_stride == 64) << what;
         EXPECT_TRUE(p.off_x % 1024 == 0 && p.off_stash % 1024 == 0 && p.off_dz % 1024 == 0) << what;
+        EXPECT_TRUE(ffm::wgmma_tile_layout(p)) << what << ": the launcher's check of the same";
         EXPECT_TRUE(p.stash_in_smem && p.weights_resident && p.n_warps == ffm::kWgmmaWarps && p.rows_per_warp == 16)
             << what;
         EXPECT_FALSE(p.dw_in_smem) << what << ": the wgmma kernel's dW partials are in global memory";

@@ -405,6 +405,11 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
         {"w64_64to16_h3_16bit_in_batch5000", 64, 16, 64, 3, "ReLU", "None", false, 5000, true, false, false, true},
         {"w64_17to33_f32out_batch100", 17, 33, 64, 1, "ReLU", "None", false, 100, false, true, false, true},
         {"w64_32to2_batch1", 32, 2, 64, 2, "ReLU", "None", false, 1, false, false, false, true},
+        // Several tiles per block (132 blocks of 192 rows on an H200) with one and three hidden layers
+        // (the top dz in either buffer, the column blocks dealt to other warpgroups), and 48 padded inputs
+        // (the second column block of layer 0 half used).
+        {"w64_40to64_h1_batch60001", 40, 64, 64, 1, "ReLU", "None", false, 60001, false, false, false, true},
+        {"w64_64to48_h3_batch70001", 64, 48, 64, 3, "ReLU", "None", false, 70001, false, false, false, true},
     };
     ffm::PlanOverride wg;
     wg.backward_warps = 12, wg.backward_m_tiles = 1, wg.dw_in_global = true;
@@ -430,8 +435,9 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
             // The fused training step (L2), with and without dL/dinput.
             const Tensor target_host =
                 host_tensor(draw(size_t(c.batch) * c.n_out, 1.0, false, 43), c.batch, c.n_out, DType::f32);
+            std::vector<float> grads_with_dx;  // the wgmma kernel's dL/dparams of the fused step
             for (const bool with_dx : {true, false}) {
-                std::vector<float> values[2], dx[2];
+                std::vector<float> values[2], dx[2], grads[2];
                 for (int i = 0; i < 2; ++i) {
                     OverrideScope scope(i == 0 ? wg : plain);
                     TestStream stream(dev);
@@ -447,10 +453,14 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
                     stream.stream().synchronize();
                     values[i] = to_floats(v.to(Device::cpu(), stream));
                     dx[i] = to_floats(g.to(Device::cpu(), stream));
+                    grads[i] = to_floats(gp.to(Device::cpu(), stream));
                 }
                 const std::string how = what + (with_dx ? " fused step" : " fused step without dL/dinput");
                 expect_same_bits(values[0], values[1], how + " loss values");
                 expect_same_bits(dx[0], dx[1], how + " dL/dinput");
+                // dL/dparams: the same bits without dL/dinput (the kernel stops after layer 0's dW).
+                if (with_dx) grads_with_dx = grads[0];
+                else expect_same_bits(grads[0], grads_with_dx, how + " dL/dparams vs with dL/dinput");
             }
         }
 }
@@ -458,10 +468,13 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
 
 TEST(FullyFusedMlpGpuProps, TrainingIsBitwiseReproducible) {
     TNN_SKIP_WITHOUT_GPU();
-    // w64_64to64_batch4099: the wgmma kernel (the block's slot updated with red.global.add).
-    for (const char* name :
-         {"w64_32to16_batch65537", "silu_silu_w32_16bit_io", "tanh_sigmoid_w128_pads17", "w64_64to64_batch4099"}) {
-        const FusedCase& c = case_named(name);
+    // w64_64to64_batch4099: the wgmma kernel (the block's slot updated with red.global.add); with
+    // batch 65537 several tiles per block add to each slot element.
+    const FusedCase many_tiles = {"w64_64to64_batch65537", 64, 64, 64, 2, "ReLU", "None", false, 65537,
+                                  false, false, false, true};
+    for (const FusedCase& c : {case_named("w64_32to16_batch65537"), case_named("silu_silu_w32_16bit_io"),
+                               case_named("tanh_sigmoid_w128_pads17"), case_named("w64_64to64_batch4099"),
+                               many_tiles}) {
         const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
         const FusedData data = make_data(c, *net, 99);
         TestStream stream(Device::gpu(0));
