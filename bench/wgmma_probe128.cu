@@ -1,0 +1,273 @@
+// Probe for issue #6's width-128 lever (NOT yet run on the device): which shared-memory descriptors
+// let wgmma (sm_90a) read 128-column 16-bit tiles stored as two 64-column atoms with the 128-byte
+// swizzle, in the three roles FullyFusedMLP's backward kernel needs at width 128. The width-64 probe
+// (bench/wgmma_probe.cu, run 31) settled 64-column tiles, where one atom covers a row and the leading
+// byte offset (LBO) is unused; at 128 columns an MN-major operand spans two atoms along N (or M), and
+// the stride between them must go somewhere in the descriptor. A standalone program (no library code).
+//
+// Storage of a [rows][128] matrix: atom a (columns 64a .. 64a + 63) at byte a * rows * 128, each atom
+// [rows][64] with the 128-byte swizzle (16-byte chunk index XOR row % 8), 1024-byte aligned.
+// Roles (D = 64 x 128 fp32 per warpgroup, m64n128k16, fp16 in):
+//   0. forward: D = X W^T, A = X from registers (mma.sync A fragments), B = W^T K-major (W [n][k]):
+//      each k-step stays inside one atom (k-step kk: atom kk / 4, 32 (kk % 4) bytes in);
+//   1. chain: D = X W, B = W N-major (W [k][n], tnspB): N = 128 spans both atoms;
+//   2. dW: D = DZ[:, 0:64]^T ACT over R = 192 rows, A = DZ^T M-major (one atom: M = 64), B = ACT
+//      N-major (N = 128 spans both atoms), both from shared memory.
+// Each role is tried with candidate (LBO, SBO) pairs against an fp64 CPU product; a candidate
+// matches when max |wgmma - ref| <= 1e-3 max |ref| (a wrong layout gives O(1) errors).
+// Build: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a bench/wgmma_probe128.cu -o wgmma_probe128
+// Run:   ./wgmma_probe128 [out.json]   (prints a table; exit 1 if a role has no matching candidate)
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            std::exit(2);                                                                          \
+        }                                                                                          \
+    } while (0)
+
+constexpr int kR = 192;  // rows of the dW role (one 12-warp tile)
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+// Byte offset of element (row, col) of a [rows][128] matrix stored as two swizzled 64-column atoms.
+__host__ __device__ __forceinline__ uint32_t atoms128(int rows, int row, int col) {
+    const int a = col >> 6, c = col & 63;
+    return uint32_t(a) * uint32_t(rows) * 128u + uint32_t(row) * 128u + ((uint32_t((c >> 3) ^ (row & 7))) << 4) +
+           uint32_t(c & 7) * 2u;
+}
+__device__ __forceinline__ char* aligned1024(char* p) { return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u); }
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
+           (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+__device__ void to_atoms(char* tile, const __half* g, int rows) {
+    for (int i = threadIdx.x; i < rows * 128; i += blockDim.x)
+        *reinterpret_cast<__half*>(tile + atoms128(rows, i / 128, i % 128)) = g[i];
+}
+__device__ __forceinline__ uint32_t h2_at(const __half* m, int ld, int r0, int c0, int r1, int c1) {
+    __half2 h = __halves2half2(m[r0 * ld + c0], m[r1 * ld + c1]);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+
+#define WG_D64                                                                                                   \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"  \
+    "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53," \
+    "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+#define D8(o)                                                                                                 \
+    "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
+        "+f"(d[o + 7])
+#define WG_D64_OUT D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56)
+
+template <int TNSPB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t bdesc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WG_D64
+                 ", {%64,%65,%66,%67}, %68, 1, 1, 1, %69;\n"
+                 : WG_D64_OUT
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(TNSPB));
+}
+__device__ __forceinline__ void wgmma_ss_tt(float (&d)[64], uint64_t adesc, uint64_t bdesc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WG_D64 ", %64, %65, 1, 1, 1, 1, 1;\n"
+                 : WG_D64_OUT
+                 : "l"(adesc), "l"(bdesc));
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// This warp's rows 16 (warp % 4) .. + 15 of D in C-fragment order: n8 tile j in d[4 j .. 4 j + 3].
+__device__ void store_d(float* out, const float (&d)[64]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int r0 = 16 * warp + g;
+    for (int j = 0; j < 16; ++j) {
+        out[r0 * 128 + 8 * j + 2 * t] = d[4 * j];
+        out[r0 * 128 + 8 * j + 2 * t + 1] = d[4 * j + 1];
+        out[(r0 + 8) * 128 + 8 * j + 2 * t] = d[4 * j + 2];
+        out[(r0 + 8) * 128 + 8 * j + 2 * t + 1] = d[4 * j + 3];
+    }
+}
+
+// Roles 0 and 1: X [64][128] (A, registers), W [128][128] in shared memory as two atoms.
+template <int ROLE>
+__global__ void check_rs(const __half* X, const __half* W, float* out, uint32_t lbo, uint32_t sbo) {
+    extern __shared__ __align__(16) char sm_raw[];
+    char* wt = aligned1024(sm_raw);
+    to_atoms(wt, W, 128);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int r0 = 16 * warp + g;
+    float d[64];
+    for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+    uint32_t a[8][4];
+    for (int kk = 0; kk < 8; ++kk) {
+        const int c = 16 * kk + 2 * t;
+        a[kk][0] = h2_at(X, 128, r0, c, r0, c + 1);
+        a[kk][1] = h2_at(X, 128, r0 + 8, c, r0 + 8, c + 1);
+        a[kk][2] = h2_at(X, 128, r0, c + 8, r0, c + 9);
+        a[kk][3] = h2_at(X, 128, r0 + 8, c + 8, r0 + 8, c + 9);
+    }
+    wg_fence();
+    for (int kk = 0; kk < 8; ++kk) {
+        // K-major (role 0): k-step kk is in atom kk / 4, 32 (kk % 4) bytes along its rows; N-major
+        // (role 1): 16 rows further in atom 0, the descriptor reaching atom 1 by its leading offset.
+        const uint32_t start = smem_u32(wt) + (ROLE == 0 ? (kk / 4) * 128u * 128u + 32u * (kk % 4) : 2048u * kk);
+        wgmma_rs<ROLE == 0 ? 0 : 1>(d, a[kk], make_desc(start, lbo, sbo));
+    }
+    wg_commit();
+    wg_wait0();
+    store_d(out, d);
+}
+
+// Role 2: D[64][128] = DZ[:, 0:64]^T ACT over kR rows; DZ, ACT [kR][128] as two atoms each.
+__global__ void check_ss(const __half* DZ, const __half* ACT, float* out, uint32_t lbo_a, uint32_t sbo_a, uint32_t lbo_b,
+                         uint32_t sbo_b) {
+    extern __shared__ __align__(16) char sm_raw[];
+    char* sm = aligned1024(sm_raw);
+    char* dz = sm;
+    char* act = sm + kR * 256;
+    to_atoms(dz, DZ, kR);
+    to_atoms(act, ACT, kR);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    float d[64];
+    for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+    wg_fence();
+    for (int kk = 0; kk < kR / 16; ++kk)
+        wgmma_ss_tt(d, make_desc(smem_u32(dz) + 2048u * kk, lbo_a, sbo_a), make_desc(smem_u32(act) + 2048u * kk, lbo_b, sbo_b));
+    wg_commit();
+    wg_wait0();
+    store_d(out, d);
+}
+
+static std::vector<__half> random_half(size_t n, std::mt19937& g) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<__half> v(n);
+    for (auto& x : v) x = __float2half(u(g));
+    return v;
+}
+static double h2d(__half h) { return double(__half2float(h)); }
+
+struct Result {
+    std::string role;
+    uint32_t lbo, sbo;
+    double rel_err;
+};
+
+// max |got - ref| / max |ref| over a 64 x 128 result.
+static double rel_error(const std::vector<float>& got, const std::vector<double>& ref) {
+    double err = 0.0, mag = 0.0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        err = std::fmax(err, std::fabs(double(got[i]) - ref[i]));
+        mag = std::fmax(mag, std::fabs(ref[i]));
+    }
+    return err / mag;
+}
+
+int main(int argc, char** argv) {
+    int dev = 0;
+    CK(cudaSetDevice(dev));
+    cudaDeviceProp prop{};
+    CK(cudaGetDeviceProperties(&prop, dev));
+    if (prop.major != 9) {
+        std::fprintf(stderr, "wgmma_probe128: needs an sm_90 GPU (found %s, sm_%d%d)\n", prop.name, prop.major, prop.minor);
+        return 2;
+    }
+    std::mt19937 gen(7);
+    const auto X = random_half(64 * 128, gen), W = random_half(128 * 128, gen);
+    const auto DZ = random_half(size_t(kR) * 128, gen), ACT = random_half(size_t(kR) * 128, gen);
+    std::vector<double> ref0(64 * 128), ref1(64 * 128), ref2(64 * 128);
+    for (int m = 0; m < 64; ++m)
+        for (int n = 0; n < 128; ++n) {
+            double s0 = 0.0, s1 = 0.0, s2 = 0.0;
+            for (int k = 0; k < 128; ++k) {
+                s0 += h2d(X[m * 128 + k]) * h2d(W[n * 128 + k]);
+                s1 += h2d(X[m * 128 + k]) * h2d(W[k * 128 + n]);
+            }
+            for (int k = 0; k < kR; ++k) s2 += h2d(DZ[k * 128 + m]) * h2d(ACT[k * 128 + n]);
+            ref0[m * 128 + n] = s0, ref1[m * 128 + n] = s1, ref2[m * 128 + n] = s2;
+        }
+    __half *dX, *dW, *dDZ, *dACT;
+    float* dOut;
+    CK(cudaMalloc(&dX, X.size() * 2));
+    CK(cudaMalloc(&dW, W.size() * 2));
+    CK(cudaMalloc(&dDZ, DZ.size() * 2));
+    CK(cudaMalloc(&dACT, ACT.size() * 2));
+    CK(cudaMalloc(&dOut, 64 * 128 * 4));
+    CK(cudaMemcpy(dX, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dW, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dDZ, DZ.data(), DZ.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dACT, ACT.data(), ACT.size() * 2, cudaMemcpyHostToDevice));
+    const int smem_rs = 128 * 256 + 1024, smem_ss = 2 * kR * 256 + 1024;
+    CK(cudaFuncSetAttribute(check_rs<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_rs));
+    CK(cudaFuncSetAttribute(check_rs<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_rs));
+    CK(cudaFuncSetAttribute(check_ss, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_ss));
+
+    // Candidates: the atom stride (W: 128 rows x 128 bytes = 16384; ACT: kR x 128 = 24576), 1024 (the
+    // 8-row group stride), 0 and 16 (unused), each as LBO with SBO = 1024, and swapped.
+    const uint32_t w_atom = 128 * 128, act_atom = kR * 128;
+    const std::vector<std::pair<uint32_t, uint32_t>> cand_w = {{0, 1024}, {16, 1024}, {1024, 1024}, {w_atom, 1024},
+                                                               {1024, w_atom}, {8192, 1024}};
+    const std::vector<std::pair<uint32_t, uint32_t>> cand_act = {{0, 1024}, {16, 1024}, {1024, 1024}, {act_atom, 1024},
+                                                                 {1024, act_atom}, {8192, 1024}};
+    std::vector<Result> results;
+    std::vector<float> out(64 * 128);
+    auto fetch = [&]() {
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(out.data(), dOut, out.size() * 4, cudaMemcpyDeviceToHost));
+    };
+    for (const auto& [lbo, sbo] : cand_w) {
+        CK(cudaMemset(dOut, 0, 64 * 128 * 4));
+        check_rs<0><<<1, 128, smem_rs>>>(dX, dW, dOut, lbo, sbo);
+        fetch();
+        results.push_back({"forward B=W^T K-major", lbo, sbo, rel_error(out, ref0)});
+        CK(cudaMemset(dOut, 0, 64 * 128 * 4));
+        check_rs<1><<<1, 128, smem_rs>>>(dX, dW, dOut, lbo, sbo);
+        fetch();
+        results.push_back({"chain B=W N-major", lbo, sbo, rel_error(out, ref1)});
+    }
+    for (const auto& [lbo, sbo] : cand_act) {  // A (one atom) keeps (0, 1024): the width-64 probe's
+        CK(cudaMemset(dOut, 0, 64 * 128 * 4));
+        check_ss<<<1, 128, smem_ss>>>(dDZ, dACT, dOut, 0, 1024, lbo, sbo);
+        fetch();
+        results.push_back({"dW A=DZ^T B=ACT N-major", lbo, sbo, rel_error(out, ref2)});
+    }
+
+    std::printf("%-26s %8s %8s %12s %s\n", "role", "LBO", "SBO", "rel. error", "match");
+    bool all = true;
+    for (const char* role : {"forward B=W^T K-major", "chain B=W N-major", "dW A=DZ^T B=ACT N-major"}) {
+        bool any = false;
+        for (const auto& r : results)
+            if (r.role == role) {
+                const bool ok = r.rel_err <= 1e-3;
+                any = any || ok;
+                std::printf("%-26s %8u %8u %12.3e %s\n", role, r.lbo, r.sbo, r.rel_err, ok ? "yes" : "no");
+            }
+        all = all && any;
+    }
+    if (argc > 1) {
+        FILE* f = std::fopen(argv[1], "w");
+        if (!f) return 2;
+        std::fprintf(f, "{\"device\": \"%s\", \"results\": [", prop.name);
+        for (size_t i = 0; i < results.size(); ++i)
+            std::fprintf(f, "%s{\"role\": \"%s\", \"lbo\": %u, \"sbo\": %u, \"rel_error\": %.6e}", i ? ", " : "",
+                         results[i].role.c_str(), results[i].lbo, results[i].sbo, results[i].rel_err);
+        std::fprintf(f, "]}\n");
+        std::fclose(f);
+    }
+    return all ? 0 : 1;
+}
