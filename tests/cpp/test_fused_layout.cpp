@@ -714,10 +714,18 @@ TEST(FusedPlan, WgmmaKernelForTwelveWarpPlansOfTheShapesItCovers) {
     }
     for (const auto& [sh, in_bytes, want_dw] :
          {std::tuple{shape(64, 3, 1, 2), 4, true}, std::tuple{shape(64, 64, 16, 3), 2, true},
-          std::tuple{shape(64, 32, 16, 2), 4, false}}) {
+          std::tuple{shape(64, 32, 16, 2), 4, false},
+          // the GPU test's cases with several tiles per block (FullyFusedMlpGpuPlans.WgmmaBackward...)
+          std::tuple{shape(64, 40, 64, 1), 4, true}, std::tuple{shape(64, 32, 48, 3), 4, true}}) {
         const auto p = ffm::plan_backward(sh, in_bytes, 2, Activation::ReLU, want_dw, limits(true, 64), twelve);
         EXPECT_TRUE(p.wgmma) << sh.n_in << " -> " << sh.n_out;
         check_backward_plan(sh, p, limits(true, 64).smem_per_block, want_dw);
+        // The GPU tests compare these with the mma.sync kernel on the same 12-warp block (padded rows).
+        ffm::PlanOverride mma_sync = twelve;
+        mma_sync.no_wgmma = true;
+        EXPECT_FALSE(
+            ffm::plan_backward(sh, in_bytes, 2, Activation::ReLU, want_dw, limits(true, 64), mma_sync).wgmma)
+            << sh.n_in << " -> " << sh.n_out;
     }
     // Not covered: a bias, more than 64 padded inputs or outputs, another width, another activation.
     ffm::Shape biased = s;

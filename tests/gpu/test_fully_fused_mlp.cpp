@@ -406,10 +406,10 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
         {"w64_17to33_f32out_batch100", 17, 33, 64, 1, "ReLU", "None", false, 100, false, true, false, true},
         {"w64_32to2_batch1", 32, 2, 64, 2, "ReLU", "None", false, 1, false, false, false, true},
         // Several tiles per block (132 blocks of 192 rows on an H200) with one and three hidden layers
-        // (the top dz in either buffer, the column blocks dealt to other warpgroups), and 48 padded inputs
-        // (the second column block of layer 0 half used).
+        // (the top dz in either buffer, the column blocks dealt to other warpgroups), 40 inputs padded to 48
+        // (the second column block of layer 0 half used) and 48 outputs.
         {"w64_40to64_h1_batch60001", 40, 64, 64, 1, "ReLU", "None", false, 60001, false, false, false, true},
-        {"w64_64to48_h3_batch70001", 64, 48, 64, 3, "ReLU", "None", false, 70001, false, false, false, true},
+        {"w64_32to48_h3_batch70001", 32, 48, 64, 3, "ReLU", "None", false, 70001, false, false, false, true},
     };
     ffm::PlanOverride wg;
     wg.backward_warps = 12, wg.backward_m_tiles = 1, wg.dw_in_global = true;
