@@ -116,12 +116,14 @@ BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activat
     p.dy_stride = static_cast<int>(align16_odd(int64_t(s.n_out) * dy_bytes));
     // The backward kernel indexes the stash tiles and the hidden layers' dz tiles with the
     // compile-time pitch W + 8 (= act_stride); only the top layer's dz (pout columns) uses dz_stride.
-    // The wgmma kernel's tiles have 64 columns without padding (the swizzle spreads the banks) and
-    // start on 1024-byte boundaries (the swizzle's period); its dynamic shared memory gets 1024 bytes
-    // more, so that the kernel can round its base up to such a boundary.
+    // The wgmma kernels' tiles are atoms of 64 columns without padding (the swizzle spreads the banks;
+    // the strides are the atoms' rows), width / 64 atoms per stash and dz tile, and start on 1024-byte
+    // boundaries (the swizzle's period); their dynamic shared memory gets 1024 bytes more, so that the
+    // kernel can round its base up to such a boundary.
     p.x_stride = wgmma ? 64 : s.pin + 8;
     p.act_stride = wgmma ? 64 : s.width + 8;
     p.dz_stride = wgmma ? 64 : std::max(s.width, s.pout) + 8;
+    const int64_t act_cols = wgmma ? s.width : p.act_stride, dz_cols = wgmma ? s.width : p.dz_stride;
     p.n_stashes = derivative_from_output(act) ? 1 : 2;
     auto tile_start = [&](int64_t o) { return wgmma ? align1024(o) : o; };
     int64_t off = align16(resident ? s.resident_weight_bytes() : s.max_slot_bytes());
@@ -131,7 +133,7 @@ BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activat
     if (dy_smem) off += R * p.dy_stride;
     p.off_x = off = tile_start(off);
     off += R * p.x_stride * 2;
-    const int64_t stash = int64_t(s.n_hidden) * p.n_stashes * R * p.act_stride * 2;
+    const int64_t stash = int64_t(s.n_hidden) * p.n_stashes * R * act_cols * 2;
     if (stash_smem) {
         p.off_stash = off = tile_start(off);
         off += stash;
@@ -141,7 +143,7 @@ BackwardPlan layout_backward(const Shape& s, int in_bytes, int dy_bytes, Activat
         p.stash_bytes_per_block = (stash + 255) / 256 * 256;
     }
     p.off_dz = off = tile_start(off);
-    off += 2 * R * p.dz_stride * 2;
+    off += 2 * R * dz_cols * 2;
     p.off_dw = off;
     if (dw_smem && want_dw) off += align16(s.n_params() * 4);
     p.smem_bytes = off + (wgmma ? 1024 : 0);
@@ -221,11 +223,13 @@ std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, in
                         // dy in place is measured only as what makes a 12-warp block fit; smaller blocks
                         // take it when asked for (PlanOverride::dy_global), so their plans stay as before.
                         if (!dy_smem && nw <= kMaxWarps && !o.dy_global) continue;
-                        // The wgmma kernel where it applies: 12 warps (3 warpgroups) of one tile, the kernel
-                        // for ReLU hidden layers and a linear output (whose limits d are), shapes it covers.
-                        // (Its dW partials are in global memory.)
-                        const bool wgmma = d.wgmma && !o.no_wgmma && nw == kWgmmaWarps && m_tiles == 1 && !dw_smem &&
-                                           act == Activation::ReLU && wgmma_backward_shape(s.width, s.pin, s.pout, s.bias);
+                        // The wgmma kernel where it applies: its warps (12 at width 64, 8 at 128) of one
+                        // tile, the kernel for ReLU hidden layers and a linear output (whose limits d are),
+                        // shapes it covers, weights and stash on chip (12 warps have them anyway). (Its dW
+                        // partials are in global memory.)
+                        const bool wgmma = d.wgmma && !o.no_wgmma && nw == wgmma_backward_warps(s.width) &&
+                                           m_tiles == 1 && resident && stash_smem && !dw_smem && act == Activation::ReLU &&
+                                           wgmma_backward_shape(s.width, s.pin, s.pout, s.bias);
                         BackwardPlan p = layout_backward(s, in_bytes, dy_bytes, act, want_dw, nw, m_tiles, resident,
                                                          stash_smem, dw_smem, dy_smem, wgmma);
                         p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);

@@ -120,9 +120,9 @@ DeviceLimits device_limits(int device, DType dtype, uint32_t width, bool backwar
 
 }  // namespace
 
-bool wgmma_backward_available(int device, DType dtype) {
+bool wgmma_backward_available(int device, DType dtype, int width) {
     gpu::DeviceGuard guard(device);
-    return device_limits(device, dtype, 64, true, true, 1).wgmma;
+    return device_limits(device, dtype, static_cast<uint32_t>(width), true, true, 1).wgmma;
 }
 
 static std::mutex g_last_plan_mutex;

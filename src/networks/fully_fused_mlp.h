@@ -52,20 +52,23 @@ constexpr bool backward_reads_dy_in_place(uint32_t width, bool relu, int m_tiles
     return backward_max_warps(width, relu, m_tiles) > kMaxWarps;
 }
 
-// The wgmma flavour of the backward kernel (NVIDIA sm_90a: Hopper's warpgroup MMA). It is the 12-warp
-// ReLU / linear-output kernel of width 64 with its input, activation and dz tiles in a 128-byte-swizzled
-// layout (rows of 64 elements, 16-byte chunk index XOR row % 8: the canonical layout wgmma reads from
-// shared memory, bench/wgmma_probe.cu), and the weight gradients by wgmma over all the block's rows
-// (m64n32k16, K = 192), each 32-column block of a layer by one warpgroup while the others go on with the
-// chain (the warpgroups take the layers' column blocks in turn), added to the block's partial slot in
-// global memory with red.global.add. Deterministic, and the fused step equals the unfused one bit for
-// bit (same kernel); dL/dinput and the loss values equal the mma.sync kernel's bit for bit, dL/dparams
-// only to rounding (other k order within the tile).
-// The planner takes it for 12-warp plans of shapes it covers (wgmma_backward_shape) with dW in global
-// memory, on devices and builds that have it (DeviceLimits::wgmma), unless PlanOverride::no_wgmma.
+// The wgmma flavours of the backward kernel (NVIDIA sm_90a: Hopper's warpgroup MMA). They are the
+// one-tile ReLU / linear-output kernels of width 64 (12 warps) and 128 (8 warps) with their input,
+// activation and dz tiles in a 128-byte-swizzled layout (atoms of rows of 64 elements, 16-byte chunk
+// index XOR row % 8: the canonical layout wgmma reads from shared memory, bench/wgmma_probe.cu; at
+// width 128 a tile is two atoms, columns 0..63 and 64..127), and the weight gradients by wgmma over all
+// the block's rows (m64n32k16, K = 192 or 128), each block of 64 rows and 32 columns of a layer by one
+// warpgroup while the others go on with the chain (the warpgroups take the layers' blocks in turn),
+// added to the block's partial slot in global memory with red.global.add. Deterministic, and the fused
+// step equals the unfused one bit for bit (same kernel); dL/dinput and the loss values equal the
+// mma.sync kernel's bit for bit, dL/dparams only to rounding (other k order within the tile).
+// The planner takes them for plans of wgmma_backward_warps warps and one tile, shapes they cover
+// (wgmma_backward_shape), dW in global memory, on devices and builds that have them
+// (DeviceLimits::wgmma), unless PlanOverride::no_wgmma.
 constexpr int kWgmmaWarps = 12;
+constexpr int wgmma_backward_warps(int width) { return width == 64 ? kWgmmaWarps : kMaxWarps; }
 constexpr bool wgmma_backward_shape(int width, int pin, int pout, bool bias) {
-    return width == 64 && pin <= 64 && pout <= 64 && !bias;
+    return (width == 64 || width == 128) && pin <= 64 && pout <= 64 && !bias;
 }
 
 // The layer geometry of an MlpLayout in a form kernels can use. Matches MlpLayout's
@@ -229,9 +232,10 @@ struct BackwardPlan {
     int blocks_per_sm = 0;
 };
 
-// The tile layout the wgmma kernel's descriptors assume (layout_backward makes it for wgmma plans):
-// 64-element rows of the x, stash and dz tiles, each tile 1024-byte aligned, and 1024 bytes of shared
-// memory beyond the plan's regions for aligning the base. The launcher refuses a wgmma plan without it.
+// The tile layout the wgmma kernels' descriptors assume (layout_backward makes it for wgmma plans):
+// 64-element rows of the x, stash and dz tiles' atoms, each tile 1024-byte aligned, and 1024 bytes of
+// shared memory beyond the plan's regions for aligning the base. The launcher refuses a wgmma plan
+// without it.
 inline bool wgmma_tile_layout(const BackwardPlan& p) {
     return p.x_stride == 64 && p.act_stride == 64 && p.dz_stride == 64 && p.off_x % 1024 == 0 &&
            p.off_stash % 1024 == 0 && p.off_dz % 1024 == 0 && p.off_dw + 1024 <= p.smem_bytes;
@@ -350,10 +354,11 @@ struct FusedLoss {
 void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, ConstView dL_doutput,
                   View* dL_dinput, void* dL_dparams, const void* params, GradMode mode,
                   const FusedLoss* loss = nullptr);
-// Whether the wgmma backward kernel of `dtype` runs on GPU `device` (DeviceLimits::wgmma): an sm_90
+// Whether the wgmma backward kernel of `dtype` and `width` (64 or 128) runs on GPU `device`
+// (DeviceLimits::wgmma): an sm_90
 // device and a build with sm_90a machine code and no plain sm_90 code (TNN_CUDA_WGMMA, set by CMake;
 // the GPU tests check it on the H200).
-bool wgmma_backward_available(int device, DType dtype);
+bool wgmma_backward_available(int device, DType dtype, int width = 64);
 // The backward plan the last gpu_backward call of this process launched (a test hook: which kernel,
 // tiles and target mode a call took).
 BackwardPlan last_backward_plan();

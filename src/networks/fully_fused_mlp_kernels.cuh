@@ -96,15 +96,22 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // ============================================================================================
-// The wgmma kernel's tiles (wgmma_backward_shape): 16-bit [rows][64] with the 128-byte swizzle, the
-// 16-byte chunk index of a row XORed with row % 8, from 1024-byte aligned bases. SW = false is the
-// padded row-major layout of every other kernel (the same expressions as before SW existed).
+// The wgmma kernels' tiles (wgmma_backward_shape): 16-bit atoms [rows][64] with the 128-byte swizzle,
+// the 16-byte chunk index of a row XORed with row % 8, from 1024-byte aligned bases. The template flag
+// SW says which layout a tile has: 0, the padded row-major layout of every other kernel (the same
+// expressions as before SW existed); 1, one atom (width 64: 64 columns); above 1, two atoms side by
+// side, columns 64..127 SW bytes after columns 0..63 (width 128: SW = the block's 128 rows x 128 bytes).
+// Wherever a function below takes SW, columns past 63 need SW > 1.
 // ============================================================================================
 
 using mma::swizzle128;
-// Element (row, col) of a tile with `stride` elements per row (64 when SW).
-template <bool SW, typename T> __device__ __forceinline__ T* tile_at(T* tile, int stride, int row, int col) {
-    if constexpr (SW) {
+// Element (row, col) of a tile with `stride` elements per row (64 per atom when SW).
+template <int SW, typename T> __device__ __forceinline__ T* tile_at(T* tile, int stride, int row, int col) {
+    if constexpr (SW > 1) {
+        using C = std::conditional_t<std::is_const_v<T>, const char, char>;
+        return reinterpret_cast<T*>(reinterpret_cast<C*>(tile) + (col >> 6) * SW +
+                                    swizzle128((row * 64 + (col & 63)) * 2));
+    } else if constexpr (SW == 1) {
         using C = std::conditional_t<std::is_const_v<T>, const char, char>;
         return reinterpret_cast<T*>(reinterpret_cast<C*>(tile) + swizzle128((row * 64 + col) * 2));
     } else {
@@ -394,7 +401,7 @@ template <typename T, bool F32, int E> __device__ __forceinline__ void raw_to_ti
 // elements per step (4 fp32 -> 8 bytes, 8 T -> 16 bytes, 2, or 1); unrolled so that the shared
 // memory loads of several steps are in flight together.
 // SW: the tile is swizzled (each step's E elements stay inside one 16-byte chunk).
-template <typename T, bool F32, int E, bool STRAIGHT, bool SW>
+template <typename T, bool F32, int E, bool STRAIGHT, int SW>
 __device__ __forceinline__ void raw_to_tile_e(const char* raw, int raw_stride, T* x, int x_stride, int n_rows, int n_in,
                                               int lane) {
     const int q = n_in / E;  // E is a power of two: a shift
@@ -409,7 +416,7 @@ __device__ __forceinline__ void raw_to_tile_e(const char* raw, int raw_stride, T
         for (; g.r < n_rows; g.next_row()) raw_to_tile_step<T, F32, E>(raw + g.a, dst(g.b));
     }
 }
-template <typename T, bool STRAIGHT, bool SW = false>
+template <typename T, bool STRAIGHT, int SW = 0>
 __device__ __forceinline__ void raw_to_tile(const char* raw, int raw_stride, T* x, int x_stride, int n_rows, int n_in,
                                             int pin, bool in_f32, float pad_value, int lane) {
     if (in_f32) {
@@ -484,7 +491,7 @@ __device__ __forceinline__ int x4_offset(int lane, X4Pattern p, int stride_bytes
 }
 // The same as a shared address for the block at (0, 0) of `tile` (stride elements per row); SW: a
 // swizzled tile whose base is 1024-byte aligned.
-template <bool SW>
+template <int SW>
 __device__ __forceinline__ uint32_t lane_x4_addr(const void* tile, int stride, X4Pattern p, int lane) {
     return smem_addr(tile) + (SW ? swizzle128(x4_offset(lane, p, 128)) : x4_offset(lane, p, stride * 2));
 }
@@ -515,7 +522,7 @@ __device__ __forceinline__ void mma_chunk_regs(float (&acc)[MT][2][4], const uin
 // behind its branches). b_addr + c * b_cstep + k * b_kstep: this lane's B address of chunk c, k-step k.
 // SW: A is a swizzled tile (a_addr from lane_x4_addr<true>): k-step k is at the lane's address XOR
 // 32 k (k < 4: the chunk index's upper two bits, which the row's swizzle leaves to the XOR).
-template <typename T, int MT, int NC, bool BTRANS, bool SW = false>
+template <typename T, int MT, int NC, bool BTRANS, int SW = 0>
 __device__ __forceinline__ void mma_chunks_smem_a(float (&acc)[NC][MT][2][4], uint32_t a_addr, int a_mstep, int nk,
                                                   uint32_t b_addr, int b_cstep, int b_kstep) {
     for (int k = 0; k < nk; ++k) {
@@ -537,9 +544,9 @@ __device__ __forceinline__ void mma_chunks_smem_a(float (&acc)[NC][MT][2][4], ui
 }
 
 // acc += A * B for one 16-column chunk, A read from a row-major 16-bit tile in shared memory (as
-// above), k-loop inside: the generic kernels' form, whose chunks are separated by the activation
-// switch anyway and which keeps only one chunk's accumulators live.
-template <typename T, int MT, bool BTRANS>
+// above, SW the same), k-loop inside: the generic kernels' form, whose chunks are separated by the
+// activation switch anyway and which keeps only one chunk's accumulators live.
+template <typename T, int MT, bool BTRANS, int SW = 0>
 __device__ __forceinline__ void mma_chunk_smem(float (&acc)[MT][2][4], uint32_t a_addr, int a_mstep, int nk,
                                                uint32_t b_addr, int b_kstep) {
     for (int k = 0; k < nk; ++k) {
@@ -548,7 +555,7 @@ __device__ __forceinline__ void mma_chunk_smem(float (&acc)[MT][2][4], uint32_t 
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
             uint32_t a[4];
-            ldmatrix_x4<false>(a, a_addr + m * a_mstep + k * 32);
+            ldmatrix_x4<false>(a, SW ? (a_addr + m * a_mstep) ^ uint32_t(k * 32) : a_addr + m * a_mstep + k * 32);
             mma_16816<T>(acc[m][0], a, b[0], b[1]);
             mma_16816<T>(acc[m][1], a, b[2], b[3]);
         }
@@ -570,7 +577,7 @@ __device__ __forceinline__ LayerSlot layer_slot(const char* slot, int in, int ou
 
 // Pre-activations of all columns of layer 0 (bias + X W^T, X the 16-bit input tile in shared
 // memory, K = 16 * nk) as NC chunks of accumulators.
-template <typename T, int MT, int NC, bool SW = false>
+template <typename T, int MT, int NC, int SW = 0>
 __device__ __forceinline__ void first_layer(float (&acc)[NC][MT][2][4], uint32_t x_addr, int x_mstep, int nk,
                                             const LayerSlot& w, int lane) {
 #pragma unroll
@@ -583,11 +590,11 @@ __device__ __forceinline__ void first_layer(float (&acc)[NC][MT][2][4], uint32_t
 template <bool RELU, int W> constexpr bool kLayer0AllChunks = RELU && W <= 64;
 
 // The same for output columns [16c, 16c + 16) only.
-template <typename T, int MT>
+template <typename T, int MT, int SW = 0>
 __device__ __forceinline__ void first_layer_chunk(float (&acc)[MT][2][4], int c, uint32_t x_addr, int x_mstep, int nk,
                                                   const LayerSlot& w, int lane) {
     init_acc(acc, w.bias ? w.bias + 16 * c : nullptr, lane);
-    mma_chunk_smem<T, MT, false>(acc, x_addr, x_mstep, nk, w.b_base + c * 16 * w.ws, 32);
+    mma_chunk_smem<T, MT, false, SW>(acc, x_addr, x_mstep, nk, w.b_base + c * 16 * w.ws, 32);
 }
 
 // Pre-activations of output columns [16c, 16c + 16) of a hidden layer l >= 1 (A: the previous
@@ -837,7 +844,7 @@ __device__ __forceinline__ void hidden_chunk_to_stash(const float (&acc)[MT][2][
 // with a pointer derived from the kernel's shared-memory array (the compiler then emits shared
 // stores) or with a global one; a pointer that may be either compiles to generic accesses, which the
 // profile showed waiting on the long scoreboard.
-template <typename T, int MT, int NC, bool SW = false>
+template <typename T, int MT, int NC, int SW = 0>
 __device__ __forceinline__ void store_a_tile(const uint32_t (&a)[MT][NC][4], T* tile, int stride, int lane) {
 #pragma unroll
     for (int m = 0; m < MT; ++m)
@@ -854,7 +861,7 @@ __device__ __forceinline__ void store_a_tile(const uint32_t (&a)[MT][NC][4], T* 
 // (rows of this warp), zero for columns >= n_out and rows >= valid. dL/dy comes from the per-warp
 // staged tile (rows of dy_stride bytes, DyT = float or T). FULL: all rows valid and the chunk inside
 // n_out (no per-element checks).
-template <typename T, typename DyT, bool FULL, int MT, bool SW, class D>
+template <typename T, typename DyT, bool FULL, int MT, int SW, class D>
 __device__ __forceinline__ void output_dz_chunk_t(const float (&acc)[MT][2][4], const char* dyt, int dy_stride,
                                                   bool pairs, T* dz, int dz_stride, int c, int n_out, int valid,
                                                   int lane, D&& deriv) {
@@ -874,7 +881,7 @@ __device__ __forceinline__ void output_dz_chunk_t(const float (&acc)[MT][2][4], 
         *reinterpret_cast<uint32_t*>(tile_at<SW>(dz, dz_stride, row, col)) = pack2<T>(d0, d1);
     });
 }
-template <typename T, int MT, bool SW = false, class D>
+template <typename T, int MT, int SW = 0, class D>
 __device__ __forceinline__ void output_dz_chunk(const float (&acc)[MT][2][4], bool dy_f32, const char* dyt,
                                                 int dy_stride, bool pairs, T* dz, int dz_stride, int c, int n_out,
                                                 int valid, int lane, D&& deriv) {
@@ -954,7 +961,7 @@ __device__ __forceinline__ void load_target_pairs(const KernelArgs& args, bool s
 // past the batch or the outputs are masked rather than branched around, so that the element code is
 // straight-line.
 // STREAM: the value pairs leave as streaming stores (st.global.cs; measured with the wgmma kernel only).
-template <typename T, int MT, int MM, bool SW = false, bool STREAM = false>
+template <typename T, int MT, int MM, int SW = 0, bool STREAM = false>
 __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, const float (&y)[2][4], const float (&d)[2][4],
                                                     const float2 (&t)[2][2], T* dz, int dz_stride, int c, int valid,
                                                     int64_t row0, int lane) {
@@ -1002,7 +1009,7 @@ __device__ __forceinline__ void output_loss_dz_tile(const KernelArgs& args, cons
 // Backward chain, chunk c of dL/da_{l-1}: dz_{l-1} = round_T(dL/da * f'(z_{l-1})) with f' read off the
 // stored a (None, ReLU, LeakyReLU; ACT = that activation) or the stored f'(z) (any other ACT). The
 // result goes to the A fragments for the next chain step and to the dz tile for the dW pass.
-template <typename T, Activation ACT, int MT, int NC, bool SW = false>
+template <typename T, Activation ACT, int MT, int NC, int SW = 0>
 __device__ __forceinline__ void chain_chunk_to_dz(const float (&acc)[MT][2][4], uint32_t (&dzn)[MT][NC][4], int c, int lane,
                                                   const T* a_tile, const T* d_tile, int act_stride, T* dz_tile,
                                                   int dz_stride) {
@@ -1151,24 +1158,33 @@ __device__ __forceinline__ void dw_layer(const T* dz, int dz_stride, const T* ac
         dw_units<T, 1, 1, PREFETCH>(dz, dz_stride, act, act_stride, out, in, R, dw, db, lane, warp, nw);
 }
 
-constexpr int kWgGroups = kWgmmaWarps / 4;  // warpgroups of the wgmma kernel's block
+constexpr int kWgGroups = kWgmmaWarps / 4;  // warpgroups of the width-64 wgmma kernel's block
 constexpr int kWgN = 32;                      // columns of one dW job (wgmma_m64n32k16_tt)
-// The wgmma kernel's dW over the block's R rows, N = kWgN columns of one layer by the calling warpgroup
-// (lane, w4 = warp % 4): dw (the block's slot) += DZ^T ACT[:, N h .. N h + N), DZ and ACT swizzled
-// [R][64] tiles (1024-byte aligned; columns past out / in hold anything: the rows and columns of the
-// product they reach are not stored). R / 16 wgmma m64n32k16 accumulating in k-step order from 0; warp
-// w4 holds rows 16 w4 .. 16 w4 + 15 of the product in C-fragment order, i.e. the accumulators of C
-// tiles (w4, N h / 8 + j) in fragment order (Shape::fragment_index), added to the slot with red_add4.
+// The wgmma kernels' dW over the block's R rows, 64 rows (64 mh ..) and N = kWgN columns (N h ..) of one
+// layer by the calling warpgroup (lane, w4 = warp % 4): dw (the block's slot) += DZ[:, 64 mh ..]^T
+// ACT[:, N h .. N h + N), DZ and ACT swizzled tiles of R rows in the layout SW (1024-byte aligned; columns
+// past out / in hold anything: the rows and columns of the product they reach are not stored). With one
+// atom (SW = 1, width 64) mh is 0; with two (SW > 1), the job's 64 rows are DZ's atom mh and its N
+// columns lie in one of ACT's atoms. R / 16 wgmma m64n32k16 accumulating in k-step order from 0; warp
+// w4 holds rows 64 mh + 16 w4 .. + 15 of the product in C-fragment order, i.e. the accumulators of C
+// tiles (4 mh + w4, N h / 8 + j) in fragment order (Shape::fragment_index), added to the slot with red_add4.
 // The k-loop commits two k-steps per group and waits for all groups but the last (so up to two groups,
 // four wgmmas, in flight), as GEMM main loops do: fully unrolled, ptxas spilled at the kernel's 168
 // registers; rolled with one commit at the end, it waited for every wgmma before the next
 // (WARPGROUP.DEPBAR after each HGMMA: run 33 of 2026-11-30).
-template <typename T, int R>
-__device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out, int in, int h, float* dw, int lane,
-                                              int w4) {
+template <typename T, int R, int SW>
+__device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out, int in, int mh, int h, float* dw,
+                                              int lane, int w4) {
     constexpr int N = kWgN;
+    static_assert(SW >= 1, "swizzled tiles");
     // The descriptors' address fields (32-bit adds: they cannot carry into the constant high half).
-    uint32_t a = wgmma_desc_lo(smem_addr(dz)), b = wgmma_desc_lo(smem_addr(act)) + (N / 8) * h;  // 2 N h bytes on
+    uint32_t a, b;
+    if constexpr (SW == 1) {
+        a = wgmma_desc_lo(smem_addr(dz)), b = wgmma_desc_lo(smem_addr(act)) + (N / 8) * h;  // 2 N h bytes on
+    } else {  // atom mh of DZ; ACT's atom N h / 64, 2 (N h % 64) bytes into its rows
+        a = wgmma_desc_lo(smem_addr(dz) + mh * SW);
+        b = wgmma_desc_lo(smem_addr(act) + ((N * h) >> 6) * SW) + ((N * h) & 63) / 8;
+    }
     float d[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
@@ -1182,22 +1198,29 @@ __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out
         wgmma_wait<1>();
     }
     wgmma_wait<0>();
-    if (16 * w4 >= out) return;
+    if (64 * mh + 16 * w4 >= out) return;
 #pragma unroll
     for (int j = 0; j < N / 8; ++j) {
         if (8 * ((N / 8) * h + j) >= in) break;
-        red_add4(dw + dw_fragment_offset(0, N * h, w4, j, in, lane), *reinterpret_cast<const float(*)[4]>(d + 4 * j));
+        red_add4(dw + dw_fragment_offset(64 * mh, N * h, w4, j, in, lane),
+                 *reinterpret_cast<const float(*)[4]>(d + 4 * j));
     }
 }
 
-// WG: the wgmma flavour (wgmma_backward_shape; W = 64, RELU, MT = 1, launched with kWgmmaWarps warps).
+// WG: the wgmma flavour (wgmma_backward_shape; W = 64 or 128, RELU, MT = 1, launched with
+// wgmma_backward_warps(W) warps).
 template <typename T, int W, bool RELU, int MT, bool WG = false>
 __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
-    static_assert(!WG || (W == 64 && RELU && MT == 1 && backward_max_warps(W, RELU, MT) == kWgmmaWarps),
-                  "the wgmma backward kernel is the 12-warp ReLU kernel of width 64");
+    static_assert(!WG || ((W == 64 || W == 128) && RELU && MT == 1 &&
+                          backward_max_warps(W, RELU, MT) == wgmma_backward_warps(W)),
+                  "the wgmma backward kernels are the one-tile ReLU kernels of widths 64 and 128");
     constexpr int RW = 16 * MT, NC = W / 16;
-    constexpr bool SW = WG;  // swizzled x, stash and dz tiles
+    // The wgmma kernels' block rows (a plan with other warps is refused) and tile layout (tile_at): one
+    // swizzled atom at width 64; at width 128 the stash and hidden dz tiles are two, kWgRows x 128 bytes
+    // apart (the x and top dz tiles, <= 64 columns, use the first).
+    constexpr int kWgRows = WG ? 16 * wgmma_backward_warps(W) : 0;
+    constexpr int SW = !WG ? 0 : W == 64 ? 1 : kWgRows * 128;
     // The 12-warp kernels (ReLU / linear output, one tile, width <= 64) alone are compiled with what
     // plans without dy rows need: dL/doutput read in place (BackwardPlan::dy_in_smem false), the fused
     // step's target through the raw rows (KernelArgs::target_in_raw, which the launcher sets only for
@@ -1232,7 +1255,11 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                              : args.dw_partials + int64_t(blockIdx.x) * s.n_params();
     const DwTarget dw_target{p.dw_in_smem, reinterpret_cast<float*>(smem + p.off_dw),
                              args.dw_partials + blockIdx.x * s.n_params()};
-    const int64_t tile_elems = int64_t(R) * p.act_stride, dz_elems = int64_t(R) * p.dz_stride;
+    // Tile sizes; with two atoms (SW > 1) W columns of kWgRows rows, whose atoms' rows are 64 wide (the
+    // top layer's dz rows too: wrow * (SW > 1 ? DS : p.dz_stride) below, written out at each use, which
+    // keeps the other kernels' machine code as it was: a variable for it changed all of them).
+    const int64_t tile_elems = SW > 1 ? int64_t(kWgRows) * W : int64_t(R) * p.act_stride,
+                  dz_elems = SW > 1 ? int64_t(kWgRows) * W : int64_t(R) * p.dz_stride;
     auto stash_d = [&](int l) { return stash + (int64_t(l) * p.n_stashes + 1) * tile_elems; };
     const char* in_base = static_cast<const char*>(args.in);
     const char* dy_base = static_cast<const char*>(args.dy);
@@ -1339,7 +1366,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
 #pragma unroll
                 for (int c = 0; c < NC; ++c) {
                     float acc[MT][2][4];
-                    first_layer_chunk<T>(acc, c, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
+                    first_layer_chunk<T, MT, SW>(acc, c, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
                     with_activation(args.act, [&](auto A) {
                         hidden_chunk_to_stash<T, decltype(A)::value>(acc, h, c, lane, dt, AS);
                     });
@@ -1410,7 +1437,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                             load_target_pairs<MT, WG>(args, target_staged, target_rows, target_pitch, c, M, valid, row0,
                                                   lane, t);
                         }
-                        output_loss_dz_tile<T, MT, M, SW, WG>(args, y, d, t, dz_top + wrow * p.dz_stride, p.dz_stride, c,
+                        output_loss_dz_tile<T, MT, M, SW, WG>(args, y, d, t, dz_top + wrow * (SW > 1 ? DS : p.dz_stride), p.dz_stride, c,
                                                           valid, row0, lane);
                     };
                     tile(std::integral_constant<int, 0>{});
@@ -1426,12 +1453,12 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                     with_output_activation<RELU>(args.out_act, [&](auto A) {
                         auto deriv = [](float z) { return act_deriv<decltype(A)::value>(z); };
                         if (!kDyInPlace || p.dy_in_smem) {
-                            output_dz_chunk<T, MT, SW>(acc, args.dy_f32, dyt, p.dy_stride, true, dz_top + wrow * p.dz_stride,
+                            output_dz_chunk<T, MT, SW>(acc, args.dy_f32, dyt, p.dy_stride, true, dz_top + wrow * (SW > 1 ? DS : p.dz_stride),
                                                        p.dz_stride, c, s.n_out, valid, lane, deriv);
                         } else {  // this warp's rows of dL/doutput in place (dy_global plans)
                             output_dz_chunk<T, MT, SW>(acc, args.dy_f32, dy_base + (valid > 0 ? row0 * dy_pitch : 0),
                                                        static_cast<int>(dy_pitch), args.dy_vec2,
-                                                       dz_top + wrow * p.dz_stride, p.dz_stride, c, s.n_out, valid, lane,
+                                                       dz_top + wrow * (SW > 1 ? DS : p.dz_stride), p.dz_stride, c, s.n_out, valid, lane,
                                                        deriv);
                         }
                     });
@@ -1471,11 +1498,20 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 // stores visible to the wgmmas.
                 fence_proxy_async_smem();
                 __syncthreads();
-                if (want_dw)
-                    for (int h = 0; h < 64 / kWgN && kWgN * h < in; ++h)
-                        if (warp / 4 == ((64 / kWgN) * (L - l) + h) % kWgGroups)
-                            dw_cols_wgmma<T, kWgmmaWarps * 16>(dz_cur, act_src, out, in, h, dw + s.weight_offset(l),
-                                                               lane, warp % 4);
+                if (want_dw) {
+                    if constexpr (W == 64) {
+                        for (int h = 0; h < 64 / kWgN && kWgN * h < in; ++h)
+                            if (warp / 4 == ((64 / kWgN) * (L - l) + h) % kWgGroups)
+                                dw_cols_wgmma<T, kWgRows, SW>(dz_cur, act_src, out, in, 0, h, dw + s.weight_offset(l),
+                                                              lane, warp % 4);
+                    } else {  // two warpgroups: 64-row halves mh and column blocks h alternate between them
+                        for (int mh = 0; mh < W / 64 && 64 * mh < out; ++mh)
+                            for (int h = 0; h < W / kWgN && kWgN * h < in; ++h)
+                                if (warp / 4 == (mh + h + L - l) % (kWgRows / 64))
+                                    dw_cols_wgmma<T, kWgRows, SW>(dz_cur, act_src, out, in, mh, h,
+                                                                  dw + s.weight_offset(l), lane, warp % 4);
+                    }
+                }
             } else {
                 __syncthreads();
                 if (want_dw) {
@@ -1528,7 +1564,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                         }
                     }
                 };
-                const uint32_t dz_addr = lane_x4_addr<SW>(dz_cur + wrow * p.dz_stride, p.dz_stride, X4Pattern::kRowsFirst, lane);
+                const uint32_t dz_addr = lane_x4_addr<SW>(dz_cur + wrow * (SW > 1 ? DS : p.dz_stride), p.dz_stride, X4Pattern::kRowsFirst, lane);
                 if (RELU && l == L) {
                     // The top dz is in shared memory (K = pout): all chunks at once, k outermost.
                     float acc[NC][MT][2][4] = {};
@@ -1638,11 +1674,11 @@ template <typename H, int W> KernelInfo Kernels<H, W>::backward_info(int max_sme
         info = relu ? kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT>, max_smem)
                     : kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT>, max_smem);
 #if defined(TNN_CUDA_WGMMA)
-        if constexpr (W == 64 && MT == 1) {
+        if constexpr ((W == 64 || W == 128) && MT == 1) {
             if (relu) {
                 // The wgmma flavour: its own attributes (the same launch bounds; no spills expected).
                 const KernelInfo wg = kernel_info(fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT, true>, max_smem);
-                info.wgmma = wg.max_warps == kWgmmaWarps && wg.local_bytes == 0;
+                info.wgmma = wg.max_warps == wgmma_backward_warps(W) && wg.local_bytes == 0;
             }
         }
 #endif  // TNN_CUDA_WGMMA
@@ -1672,8 +1708,8 @@ template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args
         if (args.bwd.wgmma) {
             // The planner's conditions, checked again: the kernel's layout and warpgroups assume them.
             const Shape& sh = args.shape;
-            if constexpr (W == 64 && MT == 1) {
-                if (!args.relu || args.bwd.n_warps != kWgmmaWarps || !args.bwd.weights_resident ||
+            if constexpr ((W == 64 || W == 128) && MT == 1) {
+                if (!args.relu || args.bwd.n_warps != wgmma_backward_warps(W) || !args.bwd.weights_resident ||
                     !args.bwd.stash_in_smem || args.bwd.dw_in_smem || args.grads || !wgmma_tile_layout(args.bwd) ||
                     !wgmma_backward_shape(sh.width, sh.pin, sh.pout, sh.bias))
                     throw Error(msg("FullyFusedMLP: a wgmma backward plan for a shape or block it does not cover (",
@@ -1681,7 +1717,7 @@ template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args
                 fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT, true><<<grid, block, args.bwd.smem_bytes, s>>>(args);
             } else {
                 throw Error(msg("FullyFusedMLP: a wgmma backward plan reached the width-", W, " kernels (", MT,
-                                " m16 tiles per warp); only width 64 with one tile has one"));
+                                " m16 tiles per warp); only widths 64 and 128 with one tile have one"));
             }
         } else if (args.relu) {
             fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args);

@@ -422,24 +422,28 @@ void check_backward_plan(const ffm::Shape& s, const ffm::BackwardPlan& p, int64_
     const int64_t R = int64_t(p.n_warps) * p.rows_per_warp;
     EXPECT_LE(p.smem_bytes, limit) << what;
     const int64_t w = p.weights_resident ? s.resident_weight_bytes() : s.max_slot_bytes();
-    const int64_t stash = int64_t(s.n_hidden) * p.n_stashes * R * p.act_stride * 2;
+    // The wgmma kernels' stash and dz tiles are width / 64 atoms of 64-element rows (act_stride, dz_stride).
+    const int64_t act_cols = p.wgmma ? s.width : p.act_stride, dz_cols = p.wgmma ? s.width : p.dz_stride;
+    const int64_t stash = int64_t(s.n_hidden) * p.n_stashes * R * act_cols * 2;
     expect_disjoint({{p.off_weights, w},
                      {p.off_raw, R * p.raw_stride},
                      {p.off_dy, p.dy_in_smem ? R * p.dy_stride : 0},
                      {p.off_x, R * p.x_stride * 2},
                      {p.off_stash, p.stash_in_smem ? stash : 0},
                      {p.off_awork, p.stash_in_smem ? 0 : 2 * R * p.act_stride * 2},
-                     {p.off_dz, 2 * R * p.dz_stride * 2},
+                     {p.off_dz, 2 * R * dz_cols * 2},
                      {p.off_dw, p.dw_in_smem && want_dw ? s.n_params() * 4 : 0}},
                     p.smem_bytes, what);
     if (!p.stash_in_smem) EXPECT_GE(p.stash_bytes_per_block, stash) << what;
     EXPECT_GE(p.dy_stride, s.n_out * 2) << what;
     EXPECT_EQ(p.dy_stride % 32, 16) << what << ": an odd number of 16-byte units keeps the dy reads conflict-free";
-    if (p.wgmma) {  // 64-column swizzled tiles on 1024-byte boundaries, with 1024 bytes of slack for the base
+    if (p.wgmma) {  // 64-column swizzled atoms on 1024-byte boundaries, with 1024 bytes of slack for the base
         EXPECT_TRUE(p.x_stride == 64 && p.act_stride == 64 && p.dz_stride == 64) << what;
         EXPECT_TRUE(p.off_x % 1024 == 0 && p.off_stash % 1024 == 0 && p.off_dz % 1024 == 0) << what;
+        EXPECT_EQ(R * 64 * 2 % 1024, 0) << what << ": every atom (and so every tile) on a 1024-byte boundary";
         EXPECT_TRUE(ffm::wgmma_tile_layout(p)) << what << ": the launcher's check of the same";
-        EXPECT_TRUE(p.stash_in_smem && p.weights_resident && p.n_warps == ffm::kWgmmaWarps && p.rows_per_warp == 16)
+        EXPECT_TRUE(p.stash_in_smem && p.weights_resident && p.n_warps == ffm::wgmma_backward_warps(s.width) &&
+                    p.rows_per_warp == 16)
             << what;
         EXPECT_FALSE(p.dw_in_smem) << what << ": the wgmma kernel's dW partials are in global memory";
         EXPECT_LE(p.off_dw + (p.dw_in_smem && want_dw ? s.n_params() * 4 : 0) + 1024, p.smem_bytes) << what;
@@ -749,6 +753,55 @@ TEST(FusedPlan, WgmmaKernelForTwelveWarpPlansOfTheShapesItCovers) {
     in_place.dy_global = true;
     EXPECT_TRUE(ffm::same_dw_order(wg, 132, ffm::plan_backward(s, 4, 2, Activation::ReLU, true, limits(true, 64), in_place), 132));
     EXPECT_FALSE(ffm::same_dw_order(wg, 132, wg, 131));
+}
+
+TEST(FusedPlan, WgmmaKernelForEightWarpPlansAtWidth128) {
+    // At width 128 the wgmma kernel is the 8-warp (two-warpgroup) one-tile ReLU kernel with weights and
+    // stash on chip and dW in global memory: the 32->128->16 takes it where the device has it;
+    // never with a bias, more than 64 padded inputs or outputs, a stash that does not fit on chip (three
+    // hidden layers), another activation or the override.
+    if (!ffm::backward_reads_dy_in_place(64, true, 1)) return;  // HIP: no wgmma kernels
+    auto limits = [](bool wgmma) {
+        auto d = h200_limits(234);
+        d.max_warps_per_block = ffm::backward_max_warps(128, true, 1);
+        d.wgmma = wgmma;
+        return d;
+    };
+    EXPECT_EQ(ffm::wgmma_backward_warps(128), 8);
+    for (const auto& [sh, in_bytes] : {std::pair{shape(128, 32, 16, 2), 4}, std::pair{shape(128, 64, 16, 2), 2}}) {
+        const std::string what = msg(sh.n_in, " -> 128 -> ", sh.n_out);
+        const auto wg = ffm::plan_backward(sh, in_bytes, 2, Activation::ReLU, true, limits(true));
+        EXPECT_TRUE(wg.wgmma && wg.n_warps == 8) << what;
+        check_backward_plan(sh, wg, limits(true).smem_per_block, true);
+        EXPECT_FALSE(ffm::plan_backward(sh, in_bytes, 2, Activation::ReLU, true, limits(false)).wgmma) << what;
+        ffm::PlanOverride off;
+        off.no_wgmma = true;
+        EXPECT_FALSE(ffm::plan_backward(sh, in_bytes, 2, Activation::ReLU, true, limits(true), off).wgmma) << what;
+    }
+    // The GPU test's cases (FullyFusedMlpGpuPlans.WgmmaBackward...: 8 warps, one tile, dW in global
+    // memory), for 2- and 4-byte dy rows (backward, fused step): the wgmma plan and, with no_wgmma, the
+    // mma.sync plan it is compared with on the same block.
+    ffm::PlanOverride eight;
+    eight.backward_warps = 8, eight.backward_m_tiles = 1, eight.dw_in_global = true;
+    ffm::PlanOverride mma_sync = eight;
+    mma_sync.no_wgmma = true;
+    for (const auto& [sh, in_bytes] : {std::pair{shape(128, 32, 16, 2), 4}, std::pair{shape(128, 64, 16, 1), 2},
+                                       std::pair{shape(128, 17, 33, 1), 4}, std::pair{shape(128, 32, 2, 2), 4},
+                                       std::pair{shape(128, 3, 1, 1), 4}})
+        for (int dy_bytes : {2, 4}) {
+            const std::string what = msg(sh.n_in, " -> 128 -> ", sh.n_out, ", ", sh.n_hidden, " hidden, dy ", dy_bytes);
+            const auto wg = ffm::plan_backward(sh, in_bytes, dy_bytes, Activation::ReLU, true, limits(true), eight);
+            EXPECT_TRUE(wg.wgmma) << what;
+            check_backward_plan(sh, wg, limits(true).smem_per_block, true);
+            EXPECT_FALSE(ffm::plan_backward(sh, in_bytes, dy_bytes, Activation::ReLU, true, limits(true), mma_sync).wgmma)
+                << what;
+        }
+    ffm::Shape biased = shape(128, 32, 16, 2);
+    biased.bias = true;
+    for (const ffm::Shape& sh : {biased, shape(128, 65, 16, 2), shape(128, 32, 70, 2), shape(128, 32, 16, 3)})
+        EXPECT_FALSE(ffm::plan_backward(sh, 4, 2, Activation::ReLU, true, limits(true)).wgmma)
+            << sh.pin << " -> " << sh.pout << (sh.bias ? " bias" : "") << ", " << sh.n_hidden << " hidden";
+    EXPECT_FALSE(ffm::plan_backward(shape(128, 32, 16, 2), 4, 2, Activation::Tanh, true, limits(true)).wgmma);
 }
 
 TEST(FusedLayout, SwizzledTilesAreBijectiveAndConflictFree) {

@@ -381,10 +381,10 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
 
 #ifdef TNN_WITH_CUDA
 TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel) {
-    // The wgmma backward kernel (BackwardPlan::wgmma: swizzled tiles, dW by wgmma) where the build
-    // and the device have it (an sm_90a build on an sm_90 GPU must): dL/dparams against the
+    // The wgmma backward kernels (BackwardPlan::wgmma: swizzled tiles, dW by wgmma) where the build
+    // and the device have them (an sm_90a build on an sm_90 GPU must): dL/dparams against the
     // fp64 reference like every plan; dL/dinput and the fused step's loss values and dL/dinput bit for
-    // bit against the mma.sync kernel on the same 12-warp plan otherwise (the chain and the forward pass
+    // bit against the mma.sync kernel on the same block otherwise (the chain and the forward pass
     // are the same instructions; only dW is grouped otherwise). Both dtypes, inputs narrower than 64
     // (the tiles' unused columns), 1 to 64 outputs, three hidden layers, 16-bit input and fp32 output,
     // tails, and one block (its slot reduced, not written directly: red.global.add). The
@@ -398,6 +398,8 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
 #endif
     if (!available) GTEST_SKIP() << "no wgmma backward kernel on this device / build";
     EXPECT_TRUE(ffm::wgmma_backward_available(0, DType::bf16));
+    EXPECT_TRUE(ffm::wgmma_backward_available(0, DType::f16, 128) && ffm::wgmma_backward_available(0, DType::bf16, 128))
+        << "the width-128 wgmma kernel (no spills expected)";
     std::vector<FusedCase> cases = {
         case_named("w64_64to64_batch4099"),
         case_named("w64_32to16_batch65537"),
@@ -410,14 +412,23 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
         // (the second column block of layer 0 half used) and 48 outputs.
         {"w64_40to64_h1_batch60001", 40, 64, 64, 1, "ReLU", "None", false, 60001, false, false, false, true},
         {"w64_32to48_h3_batch70001", 32, 48, 64, 3, "ReLU", "None", false, 70001, false, false, false, true},
+        // Width 128 (8 warps, two warpgroups; tiles of two swizzled atoms, dW in blocks of 64 rows and
+        // 32 columns): the shape over several tiles per block, one hidden layer with 16-bit
+        // input, 33 outputs with fp32 output, 2 outputs in one block, 3 -> 1 (FusedPlan.WgmmaKernelFor
+        // EightWarpPlansAtWidth128 plans the same on the CPU).
+        {"w128_32to16_batch65537", 32, 16, 128, 2, "ReLU", "None", false, 65537, false, false, false, true},
+        {"w128_64to16_h1_16bit_in_batch5000", 64, 16, 128, 1, "ReLU", "None", false, 5000, true, false, false, true},
+        {"w128_17to33_h1_f32out_batch1000", 17, 33, 128, 1, "ReLU", "None", false, 1000, false, true, false, true},
+        {"w128_32to2_batch1", 32, 2, 128, 2, "ReLU", "None", false, 1, false, false, false, true},
+        {"w128_3to1_h1_batch777", 3, 1, 128, 1, "ReLU", "None", false, 777, false, false, false, true},
     };
-    ffm::PlanOverride wg;
-    wg.backward_warps = 12, wg.backward_m_tiles = 1, wg.dw_in_global = true;
-    ffm::PlanOverride plain = wg;
-    plain.no_wgmma = true;
     const Device dev = Device::gpu(0);
     for (const FusedCase& c : cases)
         for (DType dtype : {DType::f16, DType::bf16}) {
+            ffm::PlanOverride wg;  // the wgmma kernel's block: 12 warps at width 64, 8 at 128
+            wg.backward_warps = ffm::wgmma_backward_warps(int(c.width)), wg.backward_m_tiles = 1, wg.dw_in_global = true;
+            ffm::PlanOverride plain = wg;
+            plain.no_wgmma = true;
             const std::string what = msg(c.name, " ", dtype_name(dtype));
             const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
             const FusedData d = make_data(c, *net, 41);
