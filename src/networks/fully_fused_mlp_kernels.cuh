@@ -431,8 +431,12 @@ __device__ __forceinline__ void raw_to_tile(const char* raw, int raw_stride, T* 
     const int n_pad = pin - n_in;
     if (n_pad > 0) {
         const T pad = gpu::from_acc<T>(pad_value);
-        for (GridWalk2<int, int> g(lane, n_pad, x_stride, 1, 0, 0); g.r < n_rows; g.next())
-            *tile_at<SW>(x, x_stride, 0, n_in + g.a) = pad;
+        for (GridWalk2<int, int> g(lane, n_pad, x_stride, 1, 0, 0); g.r < n_rows; g.next()) {
+            // (row 0, column row * x_stride + col) is (row, col) in the padded and one-atom layouts, not
+            // with two atoms (tile_at would take the row for an atom index).
+            if constexpr (SW > 1) *tile_at<SW>(x, x_stride, g.r, n_in + g.c) = pad;
+            else *tile_at<SW>(x, x_stride, 0, n_in + g.a) = pad;
+        }
     }
 }
 

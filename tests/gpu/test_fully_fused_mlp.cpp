@@ -380,16 +380,82 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
 }
 
 #ifdef TNN_WITH_CUDA
+void check_wgmma_case(const FusedCase& c, DType dtype, const std::string& what, const Device& dev);
+// check_wgmma_case for each case in both dtypes.
+void expect_wgmma_cases(const std::vector<FusedCase>& cases) {
+    const Device dev = Device::gpu(0);
+    for (const FusedCase& c : cases)
+        for (DType dtype : {DType::f16, DType::bf16}) {
+            const std::string what = msg(c.name, " ", dtype_name(dtype));
+            // An error (a CUDA fault, a plan that does not fit) names its case.
+            try {
+                check_wgmma_case(c, dtype, what, dev);
+            } catch (const std::exception& e) {
+                FAIL() << what << ": " << e.what();
+            }
+        }
+}
+
+// The wgmma backward kernels (BackwardPlan::wgmma: swizzled tiles, dW by wgmma) where the build
+// and the device have them (an sm_90a build on an sm_90 GPU must): dL/dparams against the
+// fp64 reference like every plan; dL/dinput and the fused step's loss values and dL/dinput bit for
+// bit against the mma.sync kernel on the same block otherwise (the chain and the forward pass
+// are the same instructions; only dW is grouped otherwise). Both dtypes, inputs narrower than 64
+// (the tiles' unused columns), 1 to 64 outputs, three hidden layers, 16-bit input and fp32 output,
+// tails, and one block (its slot reduced, not written directly: red.global.add). The
+// fused step equals the unfused one bit for bit under it in FullyFusedMlpGpuFusedLoss (its default
+// plan at 64->64->64 and the 12-warp overrides).
+void check_wgmma_case(const FusedCase& c, DType dtype, const std::string& what, const Device& dev) {
+    ffm::PlanOverride wg;  // the wgmma kernel's block: 12 warps at width 64, 8 at 128
+    wg.backward_warps = ffm::wgmma_backward_warps(int(c.width)), wg.backward_m_tiles = 1, wg.dw_in_global = true;
+    ffm::PlanOverride plain = wg;
+    plain.no_wgmma = true;
+    const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
+    const FusedData d = make_data(c, *net, 41);
+    const FusedResult ref = run_reference<double>(*net, d), naive = run_naive(*net, d);
+    FusedResult r[2];
+    for (int i = 0; i < 2; ++i) {
+        OverrideScope scope(i == 0 ? wg : plain);
+        TestStream stream(dev);
+        r[i] = run_gpu(*net, stream, d, false, nullptr);
+        // The plan the backward launched: the wgmma kernel, or not with the override.
+        ASSERT_EQ(ffm::last_backward_plan().wgmma, i == 0) << what;
+    }
+    expect_close_to_reference(*net, r[0], ref, naive, c.batch, what + " wgmma");
+    expect_same_bits(to_floats(r[0].dL_dinput), to_floats(r[1].dL_dinput), what + " dL/dinput");
+    // The fused training step (L2), with and without dL/dinput.
+    const Tensor target_host =
+        host_tensor(draw(size_t(c.batch) * c.n_out, 1.0, false, 43), c.batch, c.n_out, DType::f32);
+    std::vector<float> grads_with_dx;  // the wgmma kernel's dL/dparams of the fused step
+    for (const bool with_dx : {true, false}) {
+        std::vector<float> values[2], dx[2], grads[2];
+        for (int i = 0; i < 2; ++i) {
+            OverrideScope scope(i == 0 ? wg : plain);
+            TestStream stream(dev);
+            const Tensor x = to_device(d.x, dev), p = to_device(d.params, dev), t = to_device(target_host, dev);
+            Tensor v(c.batch, c.n_out, DType::f32, dev), g(c.batch, c.n_in, d.x.dtype(), dev);
+            Tensor gp(1, int64_t(net->n_params()), dtype, dev);
+            fill(stream, v.view(), 7.0);
+            fill(stream, g.view(), 7.0);
+            View gv = g.view();
+            ffm::fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(),
+                                     with_dx ? &gv : nullptr, gp.data(), p.data());
+            ASSERT_EQ(ffm::last_backward_plan().wgmma, i == 0) << what;
+            stream.stream().synchronize();
+            values[i] = to_floats(v.to(Device::cpu(), stream));
+            dx[i] = to_floats(g.to(Device::cpu(), stream));
+            grads[i] = to_floats(gp.to(Device::cpu(), stream));
+        }
+        const std::string how = what + (with_dx ? " fused step" : " fused step without dL/dinput");
+        expect_same_bits(values[0], values[1], how + " loss values");
+        expect_same_bits(dx[0], dx[1], how + " dL/dinput");
+        // dL/dparams: the same bits without dL/dinput (the kernel stops after layer 0's dW).
+        if (with_dx) grads_with_dx = grads[0];
+        else expect_same_bits(grads[0], grads_with_dx, how + " dL/dparams vs with dL/dinput");
+    }
+}
+
 TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel) {
-    // The wgmma backward kernels (BackwardPlan::wgmma: swizzled tiles, dW by wgmma) where the build
-    // and the device have them (an sm_90a build on an sm_90 GPU must): dL/dparams against the
-    // fp64 reference like every plan; dL/dinput and the fused step's loss values and dL/dinput bit for
-    // bit against the mma.sync kernel on the same block otherwise (the chain and the forward pass
-    // are the same instructions; only dW is grouped otherwise). Both dtypes, inputs narrower than 64
-    // (the tiles' unused columns), 1 to 64 outputs, three hidden layers, 16-bit input and fp32 output,
-    // tails, and one block (its slot reduced, not written directly: red.global.add). The
-    // fused step equals the unfused one bit for bit under it in FullyFusedMlpGpuFusedLoss (its default
-    // plan at 64->64->64 and the 12-warp overrides).
     TNN_SKIP_WITHOUT_GPU();
     const bool available = ffm::wgmma_backward_available(0, DType::f16);
 #ifdef TNN_TEST_EXPECT_WGMMA
@@ -398,9 +464,7 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
 #endif
     if (!available) GTEST_SKIP() << "no wgmma backward kernel on this device / build";
     EXPECT_TRUE(ffm::wgmma_backward_available(0, DType::bf16));
-    EXPECT_TRUE(ffm::wgmma_backward_available(0, DType::f16, 128) && ffm::wgmma_backward_available(0, DType::bf16, 128))
-        << "the width-128 wgmma kernel (no spills expected)";
-    std::vector<FusedCase> cases = {
+    const std::vector<FusedCase> cases = {
         case_named("w64_64to64_batch4099"),
         case_named("w64_32to16_batch65537"),
         {"w64_3to1_batch777", 3, 1, 64, 2, "ReLU", "None", false, 777, false, false, false, true},
@@ -412,6 +476,20 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
         // (the second column block of layer 0 half used) and 48 outputs.
         {"w64_40to64_h1_batch60001", 40, 64, 64, 1, "ReLU", "None", false, 60001, false, false, false, true},
         {"w64_32to48_h3_batch70001", 32, 48, 64, 3, "ReLU", "None", false, 70001, false, false, false, true},
+    };
+    expect_wgmma_cases(cases);
+}
+
+TEST(FullyFusedMlpGpuPlans, WgmmaBackwardAtWidth128MatchesTheReferenceAndTheMmaSyncKernel) {
+    TNN_SKIP_WITHOUT_GPU();
+    const bool available = ffm::wgmma_backward_available(0, DType::f16, 128);
+#ifdef TNN_TEST_EXPECT_WGMMA
+    if (gpu::device_properties(0).capability == gpu::kCcHopper)
+        ASSERT_TRUE(available) << "an sm_90a build on an sm_90 GPU must have the width-128 wgmma backward kernel";
+#endif
+    if (!available) GTEST_SKIP() << "no width-128 wgmma backward kernel on this device / build";
+    EXPECT_TRUE(ffm::wgmma_backward_available(0, DType::bf16, 128));
+    const std::vector<FusedCase> cases = {
         // Width 128 (8 warps, two warpgroups; tiles of two swizzled atoms, dW in blocks of 64 rows and
         // 32 columns): the shape over several tiles per block, one hidden layer with 16-bit
         // input, 33 outputs with fp32 output, 2 outputs in one block, 3 -> 1 (FusedPlan.WgmmaKernelFor
@@ -422,58 +500,7 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
         {"w128_32to2_batch1", 32, 2, 128, 2, "ReLU", "None", false, 1, false, false, false, true},
         {"w128_3to1_h1_batch777", 3, 1, 128, 1, "ReLU", "None", false, 777, false, false, false, true},
     };
-    const Device dev = Device::gpu(0);
-    for (const FusedCase& c : cases)
-        for (DType dtype : {DType::f16, DType::bf16}) {
-            ffm::PlanOverride wg;  // the wgmma kernel's block: 12 warps at width 64, 8 at 128
-            wg.backward_warps = ffm::wgmma_backward_warps(int(c.width)), wg.backward_m_tiles = 1, wg.dw_in_global = true;
-            ffm::PlanOverride plain = wg;
-            plain.no_wgmma = true;
-            const std::string what = msg(c.name, " ", dtype_name(dtype));
-            const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
-            const FusedData d = make_data(c, *net, 41);
-            const FusedResult ref = run_reference<double>(*net, d), naive = run_naive(*net, d);
-            FusedResult r[2];
-            for (int i = 0; i < 2; ++i) {
-                OverrideScope scope(i == 0 ? wg : plain);
-                TestStream stream(dev);
-                r[i] = run_gpu(*net, stream, d, false, nullptr);
-                // The plan the backward launched: the wgmma kernel, or not with the override.
-                ASSERT_EQ(ffm::last_backward_plan().wgmma, i == 0) << what;
-            }
-            expect_close_to_reference(*net, r[0], ref, naive, c.batch, what + " wgmma");
-            expect_same_bits(to_floats(r[0].dL_dinput), to_floats(r[1].dL_dinput), what + " dL/dinput");
-            // The fused training step (L2), with and without dL/dinput.
-            const Tensor target_host =
-                host_tensor(draw(size_t(c.batch) * c.n_out, 1.0, false, 43), c.batch, c.n_out, DType::f32);
-            std::vector<float> grads_with_dx;  // the wgmma kernel's dL/dparams of the fused step
-            for (const bool with_dx : {true, false}) {
-                std::vector<float> values[2], dx[2], grads[2];
-                for (int i = 0; i < 2; ++i) {
-                    OverrideScope scope(i == 0 ? wg : plain);
-                    TestStream stream(dev);
-                    const Tensor x = to_device(d.x, dev), p = to_device(d.params, dev), t = to_device(target_host, dev);
-                    Tensor v(c.batch, c.n_out, DType::f32, dev), g(c.batch, c.n_in, d.x.dtype(), dev);
-                    Tensor gp(1, int64_t(net->n_params()), dtype, dev);
-                    fill(stream, v.view(), 7.0);
-                    fill(stream, g.view(), 7.0);
-                    View gv = g.view();
-                    ffm::fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(),
-                                             with_dx ? &gv : nullptr, gp.data(), p.data());
-                    ASSERT_EQ(ffm::last_backward_plan().wgmma, i == 0) << what;
-                    stream.stream().synchronize();
-                    values[i] = to_floats(v.to(Device::cpu(), stream));
-                    dx[i] = to_floats(g.to(Device::cpu(), stream));
-                    grads[i] = to_floats(gp.to(Device::cpu(), stream));
-                }
-                const std::string how = what + (with_dx ? " fused step" : " fused step without dL/dinput");
-                expect_same_bits(values[0], values[1], how + " loss values");
-                expect_same_bits(dx[0], dx[1], how + " dL/dinput");
-                // dL/dparams: the same bits without dL/dinput (the kernel stops after layer 0's dW).
-                if (with_dx) grads_with_dx = grads[0];
-                else expect_same_bits(grads[0], grads_with_dx, how + " dL/dparams vs with dL/dinput");
-            }
-        }
+    expect_wgmma_cases(cases);
 }
 #endif  // TNN_WITH_CUDA
 
