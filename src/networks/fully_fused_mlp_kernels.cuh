@@ -772,7 +772,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, RELU ? 2 : 1)
                     for (int c = 0; c < NC; ++c) {
                         float acc[MT][2][4];
                         first_layer_chunk<T>(acc, c, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
-                        with_activation(args.act, [&](auto A) {
+                        // (RELU: layer 0 is a ReLU hidden layer, no switch compiled in)
+                        with_hidden_activation<RELU>(args.act, [&](auto A) {
                             pack_chunk<T>(acc, h, c, lane, [](float z) { return act_fwd<decltype(A)::value>(z); },
                                           [](int, int, int, uint32_t) {});
                         });
@@ -1193,21 +1194,39 @@ __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
     static_assert(R % 32 == 0, "two k-steps a group");
+    if constexpr (SW == 1) {
 #pragma unroll 1
-    for (int k = 0; k < R / 32; ++k, a += 256, b += 256) {  // 32 rows on
-        wgmma_fence();
-        wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | a, kWgmmaDescHi | b);
-        wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | (a + 128), kWgmmaDescHi | (b + 128));
-        wgmma_commit();
-        wgmma_wait<1>();
-    }
-    wgmma_wait<0>();
-    if (64 * mh + 16 * w4 >= out) return;
+        for (int k = 0; k < R / 32; ++k, a += 256, b += 256) {  // 32 rows on
+            wgmma_fence();
+            wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | a, kWgmmaDescHi | b);
+            wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | (a + 128), kWgmmaDescHi | (b + 128));
+            wgmma_commit();
+            wgmma_wait<1>();
+        }
+        wgmma_wait<0>();
+        if (64 * mh + 16 * w4 >= out) return;
 #pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-        if (8 * ((N / 8) * h + j) >= in) break;
-        red_add4(dw + dw_fragment_offset(64 * mh, N * h, w4, j, in, lane),
-                 *reinterpret_cast<const float(*)[4]>(d + 4 * j));
+        for (int j = 0; j < N / 8; ++j) {
+            if (8 * ((N / 8) * h + j) >= in) break;
+            red_add4(dw + dw_fragment_offset(64 * mh, N * h, w4, j, in, lane),
+                     *reinterpret_cast<const float(*)[4]>(d + 4 * j));
+        }
+    } else {
+        // Width 128 (255 registers a thread): all R / 16 k-steps unrolled in one group (the rolled loop
+        // cost ~24 instructions per two k-steps, run 3 of 2026-11-30 session 9), and the slot's
+        // fragment offsets as one base plus constants (they step 32 x 4 floats per n8 tile).
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < R / 16; ++k) wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | (a + 128 * k), kWgmmaDescHi | (b + 128 * k));
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (64 * mh + 16 * w4 >= out) return;
+        float* const base = dw + dw_fragment_offset(64 * mh, N * h, w4, 0, in, lane);
+#pragma unroll
+        for (int j = 0; j < N / 8; ++j) {
+            if (8 * ((N / 8) * h + j) >= in) break;
+            red_add4(base + 128 * j, *reinterpret_cast<const float(*)[4]>(d + 4 * j));
+        }
     }
 }
 
@@ -1371,7 +1390,8 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 for (int c = 0; c < NC; ++c) {
                     float acc[MT][2][4];
                     first_layer_chunk<T, MT, SW>(acc, c, x_addr, 16 * p.x_stride * 2, s.pin / 16, w, lane);
-                    with_activation(args.act, [&](auto A) {
+                    // (RELU: layer 0 is a ReLU hidden layer, no switch compiled in)
+                    with_hidden_activation<RELU>(args.act, [&](auto A) {
                         hidden_chunk_to_stash<T, decltype(A)::value>(acc, h, c, lane, dt, AS);
                     });
                 }
@@ -1508,12 +1528,17 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                             if (warp / 4 == ((64 / kWgN) * (L - l) + h) % kWgGroups)
                                 dw_cols_wgmma<T, kWgRows, SW>(dz_cur, act_src, out, in, 0, h, dw + s.weight_offset(l),
                                                               lane, warp % 4);
-                    } else {  // two warpgroups: 64-row halves mh and column blocks h alternate between them
-                        for (int mh = 0; mh < W / 64 && 64 * mh < out; ++mh)
-                            for (int h = 0; h < W / kWgN && kWgN * h < in; ++h)
-                                if (warp / 4 == (mh + h + L - l) % (kWgRows / 64))
-                                    dw_cols_wgmma<T, kWgRows, SW>(dz_cur, act_src, out, in, mh, h,
-                                                                  dw + s.weight_offset(l), lane, warp % 4);
+                    } else {
+                        // Two warpgroups: the layer's jobs (64-row halves mh x column blocks h, h fastest)
+                        // alternate between them, the first to warpgroup (L - l) % 2, and each warpgroup
+                        // walks its own (always the same jobs of a layer, so each slot element has one
+                        // writer thread: deterministic).
+                        const int n_h = (in + kWgN - 1) / kWgN, n_jobs = ((out + 63) / 64) * n_h;
+                        for (int j = ((warp >> 2) + L - l) & 1; j < n_jobs; j += 2) {
+                            const int mh = j / n_h, h = j - mh * n_h;
+                            dw_cols_wgmma<T, kWgRows, SW>(dz_cur, act_src, out, in, mh, h, dw + s.weight_offset(l),
+                                                          lane, warp % 4);
+                        }
                     }
                 }
             } else {
