@@ -1182,77 +1182,51 @@ __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out
                                               int lane, int w4) {
     constexpr int N = kWgN;
     static_assert(SW >= 1, "swizzled tiles");
-    static_assert(SW == 1, "one atom (dw_jobs_wgmma for two)");
     // The descriptors' address fields (32-bit adds: they cannot carry into the constant high half).
-    uint32_t a = wgmma_desc_lo(smem_addr(dz)), b = wgmma_desc_lo(smem_addr(act)) + (N / 8) * h;  // 2 N h bytes on
+    uint32_t a, b;
+    if constexpr (SW == 1) {
+        a = wgmma_desc_lo(smem_addr(dz)), b = wgmma_desc_lo(smem_addr(act)) + (N / 8) * h;  // 2 N h bytes on
+    } else {  // atom mh of DZ; ACT's atom N h / 64, 2 (N h % 64) bytes into its rows
+        a = wgmma_desc_lo(smem_addr(dz) + mh * SW);
+        b = wgmma_desc_lo(smem_addr(act) + ((N * h) >> 6) * SW) + ((N * h) & 63) / 8;
+    }
     float d[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
     static_assert(R % 32 == 0, "two k-steps a group");
+    if constexpr (SW == 1) {
 #pragma unroll 1
-    for (int k = 0; k < R / 32; ++k, a += 256, b += 256) {  // 32 rows on
-        wgmma_fence();
-        wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | a, kWgmmaDescHi | b);
-        wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | (a + 128), kWgmmaDescHi | (b + 128));
-        wgmma_commit();
-        wgmma_wait<1>();
-    }
-    wgmma_wait<0>();
-    if (64 * mh + 16 * w4 >= out) return;
+        for (int k = 0; k < R / 32; ++k, a += 256, b += 256) {  // 32 rows on
+            wgmma_fence();
+            wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | a, kWgmmaDescHi | b);
+            wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | (a + 128), kWgmmaDescHi | (b + 128));
+            wgmma_commit();
+            wgmma_wait<1>();
+        }
+        wgmma_wait<0>();
+        if (64 * mh + 16 * w4 >= out) return;
 #pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-        if (8 * ((N / 8) * h + j) >= in) break;
-        red_add4(dw + dw_fragment_offset(64 * mh, N * h, w4, j, in, lane),
-                 *reinterpret_cast<const float(*)[4]>(d + 4 * j));
-    }
-}
-
-// The same jobs with two atoms per tile (SW > 1, width 128: 255 registers a thread), one or two at a
-// time: job 0 (mh0, h0) and, where `two`, job 1 (mh1, h1), each all R / 16 k-steps unrolled in one
-// commit group (a rolled loop cost ~24 instructions per two k-steps, run 3 of 2026-11-30 session 9);
-// job 1's wgmmas are issued before job 0's are waited for, so that job 0's slot adds run while they
-// execute (run 4: 4% of the stall samples waited on a lone job's group). The slot's fragment offsets
-// are one base plus constants (32 x 4 floats per n8 tile).
-template <int R, typename T>
-__device__ __forceinline__ void dw_job_issue(float (&d)[kWgN / 2], const T* dz, const T* act, int mh, int h, int sw) {
-    constexpr int N = kWgN;
-    // Atom mh of DZ; ACT's atom N h / 64, 2 (N h % 64) bytes into its rows.
-    const uint32_t a = wgmma_desc_lo(smem_addr(dz) + mh * sw);
-    const uint32_t b = wgmma_desc_lo(smem_addr(act) + ((N * h) >> 6) * sw) + ((N * h) & 63) / 8;
-#pragma unroll
-    for (int k = 0; k < R / 16; ++k) wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | (a + 128 * k), kWgmmaDescHi | (b + 128 * k));
-    wgmma_commit();
-}
-__device__ __forceinline__ void dw_job_add(const float (&d)[kWgN / 2], float* dw, int out, int in, int mh, int h, int lane,
-                                           int w4) {
-    constexpr int N = kWgN;
-    if (64 * mh + 16 * w4 >= out) return;
-    float* const base = dw + dw_fragment_offset(64 * mh, N * h, w4, 0, in, lane);
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-        if (8 * ((N / 8) * h + j) >= in) break;
-        red_add4(base + 128 * j, *reinterpret_cast<const float(*)[4]>(d + 4 * j));
-    }
-}
-template <typename T, int R, int SW>
-__device__ __forceinline__ void dw_jobs_wgmma(const T* dz, const T* act, int out, int in, int mh0, int h0, bool two,
-                                              int mh1, int h1, float* dw, int lane, int w4) {
-    static_assert(SW > 1, "two atoms");
-    float d0[kWgN / 2], d1[kWgN / 2];
-#pragma unroll
-    for (int i = 0; i < kWgN / 2; ++i) d0[i] = d1[i] = 0.0f;
-    wgmma_fence();
-    dw_job_issue<R>(d0, dz, act, mh0, h0, SW);
-    if (two) {
-        dw_job_issue<R>(d1, dz, act, mh1, h1, SW);
-        wgmma_wait<1>();
+        for (int j = 0; j < N / 8; ++j) {
+            if (8 * ((N / 8) * h + j) >= in) break;
+            red_add4(dw + dw_fragment_offset(64 * mh, N * h, w4, j, in, lane),
+                     *reinterpret_cast<const float(*)[4]>(d + 4 * j));
+        }
     } else {
+        // Width 128 (255 registers a thread): all R / 16 k-steps unrolled in one group (the rolled loop
+        // cost ~24 instructions per two k-steps, run 3 of 2026-11-30 session 9), and the slot's
+        // fragment offsets as one base plus constants (they step 32 x 4 floats per n8 tile).
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < R / 16; ++k) wgmma_m64n32k16_tt<T>(d, kWgmmaDescHi | (a + 128 * k), kWgmmaDescHi | (b + 128 * k));
+        wgmma_commit();
         wgmma_wait<0>();
-    }
-    dw_job_add(d0, dw, out, in, mh0, h0, lane, w4);
-    if (two) {
-        wgmma_wait<0>();
-        dw_job_add(d1, dw, out, in, mh1, h1, lane, w4);
+        if (64 * mh + 16 * w4 >= out) return;
+        float* const base = dw + dw_fragment_offset(64 * mh, N * h, w4, 0, in, lane);
+#pragma unroll
+        for (int j = 0; j < N / 8; ++j) {
+            if (8 * ((N / 8) * h + j) >= in) break;
+            red_add4(base + 128 * j, *reinterpret_cast<const float(*)[4]>(d + 4 * j));
+        }
     }
 }
 
@@ -1559,24 +1533,11 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                         // alternate between them, the first to warpgroup (L - l) % 2, and each warpgroup
                         // walks its own (always the same jobs of a layer, so each slot element has one
                         // writer thread: deterministic).
-                        // The warpgroup index broadcast from lane 0, so that ptxas knows it (and so the
-                        // jobs' descriptors) warp-uniform: uniform registers, no R2UR per wgmma operand
-                        // (run 4 of 2026-11-30 session 9). (mh, h) stepped, not divided out of j.
-                        // Two of its jobs at a time (dw_jobs_wgmma).
-                        const int wgi = __shfl_sync(0xffffffffu, warp >> 2, 0);
-                        const int n_h = (in + kWgN - 1) / kWgN, n_mh = (out + 63) / 64;
-                        auto wrap = [&](int& hh, int& mm) {  // job n_h mm + hh with hh < n_h
-                            while (hh >= n_h) hh -= n_h, ++mm;
-                        };
-                        int h = (wgi + L - l) & 1, mh = 0;
-                        wrap(h, mh);
-                        while (mh < n_mh) {
-                            int h1 = h + 2, mh1 = mh;
-                            wrap(h1, mh1);
-                            dw_jobs_wgmma<T, kWgRows, SW>(dz_cur, act_src, out, in, mh, h, mh1 < n_mh, mh1, h1,
-                                                          dw + s.weight_offset(l), lane, warp % 4);
-                            h = h1 + 2, mh = mh1;
-                            wrap(h, mh);
+                        const int n_h = (in + kWgN - 1) / kWgN, n_jobs = ((out + 63) / 64) * n_h;
+                        for (int j = ((warp >> 2) + L - l) & 1; j < n_jobs; j += 2) {
+                            const int mh = j / n_h, h = j - mh * n_h;
+                            dw_cols_wgmma<T, kWgRows, SW>(dz_cur, act_src, out, in, mh, h, dw + s.weight_offset(l),
+                                                          lane, warp % 4);
                         }
                     }
                 }
