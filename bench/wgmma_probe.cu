@@ -28,20 +28,11 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(2);                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "wgmma_probe_common.cuh"
 
 // ---------------------------------------------------------------------------------------------
 // Device helpers
 // ---------------------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 // Byte offset of element (row, col) of a [rows][64] 16-bit tile with the 128-byte swizzle.
 __host__ __device__ __forceinline__ uint32_t sw128(int row, int col) {
@@ -50,31 +41,12 @@ __host__ __device__ __forceinline__ uint32_t sw128(int row, int col) {
 // Byte offset of element (row, col) of a [rows][72] padded tile (today's layout at width 64).
 __host__ __device__ __forceinline__ uint32_t pad72(int row, int col) { return uint32_t(row) * 144u + uint32_t(col) * 2u; }
 
-// The dynamic shared array rounded up to 1024 bytes (the swizzle pattern repeats every 8 rows of 128
-// bytes; the descriptors assume tiles on that boundary). Launches ask for 1024 bytes more.
-__device__ __forceinline__ char* aligned1024(char* p) {
-    return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
-}
-
-__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    uint64_t d = 0;
-    d |= uint64_t((addr & 0x3FFFF) >> 4);
-    d |= uint64_t((lbo >> 4) & 0x3FFF) << 16;
-    d |= uint64_t((sbo >> 4) & 0x3FFF) << 32;
-    d |= uint64_t(1) << 62;  // 128-byte swizzle
-    return d;
-}
-
 __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
     uint32_t u;
     memcpy(&u, &h, 4);
     return u;
 }
-
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 
 #define WG_D32                                                                                                    \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28," \
@@ -121,13 +93,6 @@ template <bool TRANS> __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], 
                      : "r"(addr));
 }
 
-__device__ __forceinline__ uint32_t h2_at(const __half* m, int ld, int r0, int c0, int r1, int c1) {
-    __half2 h = __halves2half2(m[r0 * ld + c0], m[r1 * ld + c1]);
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-}
-
 // Row-major [64][64] out <- this lane's C fragment c[0..3] of n8 tile i (rows r0, r0 + 8; columns
 // 8 i + 2 t, + 1).
 __device__ __forceinline__ void store_c8(float* out, int r0, int t, int i, const float* c) {
@@ -164,13 +129,7 @@ __global__ void check_rs(const __half* X, const __half* W, float* out_wg, float*
     float d[32];
     for (int i = 0; i < 32; ++i) d[i] = 0.0f;
     uint32_t a[4][4];
-    for (int kk = 0; kk < 4; ++kk) {
-        const int c = 16 * kk + 2 * t;
-        a[kk][0] = h2_at(X, 64, r0, c, r0, c + 1);
-        a[kk][1] = h2_at(X, 64, r0 + 8, c, r0 + 8, c + 1);
-        a[kk][2] = h2_at(X, 64, r0, c + 8, r0, c + 9);
-        a[kk][3] = h2_at(X, 64, r0 + 8, c + 8, r0 + 8, c + 9);
-    }
+    load_a_frags(a, X, 64, r0, t);
     wg_fence();
     for (int kk = 0; kk < 4; ++kk) {
         // K-major: the next 16 k are 32 bytes along the row; N-major: 16 rows further.
@@ -438,14 +397,6 @@ __global__ void __launch_bounds__(384, 1) time_fwd_wgmma(int iters, float* sink,
 // ---------------------------------------------------------------------------------------------
 // Host
 // ---------------------------------------------------------------------------------------------
-
-static std::vector<__half> random_half(size_t n, std::mt19937& g, float lo, float hi) {
-    std::uniform_real_distribution<float> u(lo, hi);
-    std::vector<__half> v(n);
-    for (auto& x : v) x = __float2half(u(g));
-    return v;
-}
-static double h2d(__half h) { return double(__half2float(h)); }
 
 struct Check {
     std::string role;

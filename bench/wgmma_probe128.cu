@@ -33,38 +33,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(2);                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "wgmma_probe_common.cuh"
 
 constexpr int kR = 192;  // rows of the dW role (one 12-warp tile)
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 // Byte offset of element (row, col) of a [rows][128] matrix stored as two swizzled 64-column atoms.
 __host__ __device__ __forceinline__ uint32_t atoms128(int rows, int row, int col) {
     const int a = col >> 6, c = col & 63;
     return uint32_t(a) * uint32_t(rows) * 128u + uint32_t(row) * 128u + ((uint32_t((c >> 3) ^ (row & 7))) << 4) +
            uint32_t(c & 7) * 2u;
 }
-__device__ __forceinline__ char* aligned1024(char* p) { return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u); }
-__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
-           (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
-}
 __device__ void to_atoms(char* tile, const __half* g, int rows) {
     for (int i = threadIdx.x; i < rows * 128; i += blockDim.x)
         *reinterpret_cast<__half*>(tile + atoms128(rows, i / 128, i % 128)) = g[i];
-}
-__device__ __forceinline__ uint32_t h2_at(const __half* m, int ld, int r0, int c0, int r1, int c1) {
-    __half2 h = __halves2half2(m[r0 * ld + c0], m[r1 * ld + c1]);
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
 }
 
 #define WG_D64                                                                                                   \
@@ -88,9 +69,6 @@ __device__ __forceinline__ void wgmma_ss_tt(float (&d)[64], uint64_t adesc, uint
                  : WG_D64_OUT
                  : "l"(adesc), "l"(bdesc));
 }
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 
 // This warp's rows 16 (warp % 4) .. + 15 of D in C-fragment order: n8 tile j in d[4 j .. 4 j + 3].
 __device__ void store_d(float* out, const float (&d)[64]) {
@@ -117,13 +95,7 @@ __global__ void check_rs(const __half* X, const __half* W, float* out, uint32_t 
     float d[64];
     for (int i = 0; i < 64; ++i) d[i] = 0.0f;
     uint32_t a[8][4];
-    for (int kk = 0; kk < 8; ++kk) {
-        const int c = 16 * kk + 2 * t;
-        a[kk][0] = h2_at(X, 128, r0, c, r0, c + 1);
-        a[kk][1] = h2_at(X, 128, r0 + 8, c, r0 + 8, c + 1);
-        a[kk][2] = h2_at(X, 128, r0, c + 8, r0, c + 9);
-        a[kk][3] = h2_at(X, 128, r0 + 8, c + 8, r0 + 8, c + 9);
-    }
+    load_a_frags(a, X, 128, r0, t);
     wg_fence();
     for (int kk = 0; kk < 8; ++kk) {
         // K-major (role 0): k-step kk is in atom kk / 4, 32 (kk % 4) bytes along its rows; N-major
@@ -157,13 +129,6 @@ __global__ void check_ss(const __half* DZ, const __half* ACT, float* out, uint32
     store_d(out, d);
 }
 
-static std::vector<__half> random_half(size_t n, std::mt19937& g) {
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<__half> v(n);
-    for (auto& x : v) x = __float2half(u(g));
-    return v;
-}
-static double h2d(__half h) { return double(__half2float(h)); }
 
 struct Result {
     std::string role;
@@ -255,8 +220,8 @@ int main(int argc, char** argv) {
     if (!gpu_is_sm90()) return 2;
     std::mt19937 gen(7);
     Inputs in;
-    in.X = random_half(64 * 128, gen), in.W = random_half(128 * 128, gen);
-    in.DZ = random_half(size_t(kR) * 128, gen), in.ACT = random_half(size_t(kR) * 128, gen);
+    in.X = random_half(64 * 128, gen, -1.0f, 1.0f), in.W = random_half(128 * 128, gen, -1.0f, 1.0f);
+    in.DZ = random_half(size_t(kR) * 128, gen, -1.0f, 1.0f), in.ACT = random_half(size_t(kR) * 128, gen, -1.0f, 1.0f);
     const auto &X = in.X, &W = in.W, &DZ = in.DZ, &ACT = in.ACT;
     std::vector<double> ref0(64 * 128), ref1(64 * 128), ref2(64 * 128);
     for (int m = 0; m < 64; ++m)
