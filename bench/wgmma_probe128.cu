@@ -147,7 +147,7 @@ static double rel_error(const std::vector<float>& got, const std::vector<double>
 }
 
 // One candidate in a child process (a descriptor that reaches past the shared memory faults, and a
-// fault ends the CUDA context: run 1 of 2026-11-30 session 9 lost every later candidate so). The
+// fault ends the CUDA context: run 46 of 2026-11-30 lost every later candidate so). The
 // parent never touches CUDA before forking. Returns the relative error, or NaN when the child failed.
 struct Inputs {
     std::vector<__half> X, W, DZ, ACT;

@@ -221,8 +221,9 @@ struct BackwardPlan {
     bool dw_in_smem = true;     // fp32 weight-gradient accumulators, else in the block's global slot
     bool dy_in_smem = true;     // dL/doutput (or the staged target) in shared memory, else read from
                                 // global memory by the output layer (no dy region)
-    bool wgmma = false;         // the wgmma kernel (wgmma_backward_shape): x, stash and dz tiles of 64
-                                // columns swizzled, 1024-byte aligned from a 1024-byte aligned base
+    bool wgmma = false;         // the wgmma kernel (wgmma_backward_shape): x, stash and dz tiles as
+                                // swizzled atoms of 64 columns (two per stash and dz tile at width
+                                // 128), 1024-byte aligned from a 1024-byte aligned base
     int64_t off_weights = 0, off_raw = 0, off_dy = 0, off_x = 0, off_stash = 0, off_awork = 0, off_dz = 0,
             off_dw = 0, smem_bytes = 0;
     int raw_stride = 0, dy_stride = 0;      // bytes per row
@@ -355,9 +356,8 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
                   View* dL_dinput, void* dL_dparams, const void* params, GradMode mode,
                   const FusedLoss* loss = nullptr);
 // Whether the wgmma backward kernel of `dtype` and `width` (64 or 128) runs on GPU `device`
-// (DeviceLimits::wgmma): an sm_90
-// device and a build with sm_90a machine code and no plain sm_90 code (TNN_CUDA_WGMMA, set by CMake;
-// the GPU tests check it on the H200).
+// (DeviceLimits::wgmma): an sm_90 device and a build with sm_90a machine code and no plain sm_90 code
+// (TNN_CUDA_WGMMA, set by CMake; the GPU tests check it on the H200).
 bool wgmma_backward_available(int device, DType dtype, int width = 64);
 // The backward plan the last gpu_backward call of this process launched (a test hook: which kernel,
 // tiles and target mode a call took).

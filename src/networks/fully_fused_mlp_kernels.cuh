@@ -15,9 +15,10 @@
 // dz^T a over the tile for its share of dW (ldmatrix.trans on both operands) into fp32 accumulators
 // private to the block, and chains dz through W^T (ldmatrix.trans) in registers. Each block writes
 // its accumulators once; fully_fused_mlp_reduce_kernel sums the blocks in a fixed order (a single
-// block writes dL/dparams itself). The wgmma flavour of the 12-warp width-64 kernel (sm_90a, template
-// WG; fully_fused_mlp.h) instead keeps its tiles swizzled and computes dW by wgmma, one warpgroup per
-// 32-column block of a layer over all the block's rows, added to the block's slot in global memory.
+// block writes dL/dparams itself). The wgmma flavours of the 12-warp width-64 and the 8-warp
+// width-128 kernels (sm_90a, template WG; fully_fused_mlp.h) instead keep their tiles swizzled and
+// compute dW by wgmma, in jobs of 64 rows x 32 columns of a layer over all the block's rows, each job by
+// one warpgroup, added to the block's slot in global memory.
 //
 // Each kernel comes in two flavours (template RELU, see with_hidden_activation): compiled for ReLU
 // hidden layers with a linear output, or switching the activation at run time.
@@ -524,8 +525,9 @@ __device__ __forceinline__ void mma_chunk_regs(float (&acc)[MT][2][4], const uin
 // 16 rows) over a run-time number of k-steps, k outermost: each A fragment is read once and feeds
 // NC x MT x 2 MMAs on independent accumulators (a k-loop per chunk would serialise the chunks
 // behind its branches). b_addr + c * b_cstep + k * b_kstep: this lane's B address of chunk c, k-step k.
-// SW: A is a swizzled tile (a_addr from lane_x4_addr<true>): k-step k is at the lane's address XOR
-// 32 k (k < 4: the chunk index's upper two bits, which the row's swizzle leaves to the XOR).
+// SW: A is a swizzled tile (a_addr from lane_x4_addr<SW>, SW >= 1; its first atom): k-step k is at the
+// lane's address XOR 32 k (k < 4: the chunk index's upper two bits, which the row's swizzle leaves to
+// the XOR).
 template <typename T, int MT, int NC, bool BTRANS, int SW = 0>
 __device__ __forceinline__ void mma_chunks_smem_a(float (&acc)[NC][MT][2][4], uint32_t a_addr, int a_mstep, int nk,
                                                   uint32_t b_addr, int b_cstep, int b_kstep) {
@@ -1173,10 +1175,10 @@ constexpr int kWgN = 32;                      // columns of one dW job (wgmma_m6
 // columns lie in one of ACT's atoms. R / 16 wgmma m64n32k16 accumulating in k-step order from 0; warp
 // w4 holds rows 64 mh + 16 w4 .. + 15 of the product in C-fragment order, i.e. the accumulators of C
 // tiles (4 mh + w4, N h / 8 + j) in fragment order (Shape::fragment_index), added to the slot with red_add4.
-// The k-loop commits two k-steps per group and waits for all groups but the last (so up to two groups,
-// four wgmmas, in flight), as GEMM main loops do: fully unrolled, ptxas spilled at the kernel's 168
-// registers; rolled with one commit at the end, it waited for every wgmma before the next
-// (WARPGROUP.DEPBAR after each HGMMA: run 33 of 2026-11-30).
+// Width 64 (SW = 1): the k-loop commits two k-steps per group and waits for all groups but the last
+// (so up to two groups, four wgmmas, in flight), as GEMM main loops do: fully unrolled, ptxas spilled
+// at the kernel's 168 registers; rolled with one commit at the end, it waited for every wgmma before
+// the next (WARPGROUP.DEPBAR after each HGMMA: run 33 of 2026-11-30). Width 128 (SW > 1): below.
 template <typename T, int R, int SW>
 __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out, int in, int mh, int h, float* dw,
                                               int lane, int w4) {
@@ -1213,7 +1215,7 @@ __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out
         }
     } else {
         // Width 128 (255 registers a thread): all R / 16 k-steps unrolled in one group (the rolled loop
-        // cost ~24 instructions per two k-steps, run 3 of 2026-11-30 session 9), and the slot's
+        // cost ~24 instructions per two k-steps, run 48 of 2026-11-30), and the slot's
         // fragment offsets as one base plus constants (they step 32 x 4 floats per n8 tile).
         wgmma_fence();
 #pragma unroll
@@ -1251,7 +1253,8 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     constexpr bool kDyInPlace = backward_reads_dy_in_place(W, RELU, MT);
     // Row pitches (elements) known at compile time: the stash tiles and the dz tiles of the hidden
     // layers (the planner's act_stride; the dz region is planned for max(W, pout) + 8 and the top
-    // layer's dz, pout columns wide, uses p.dz_stride). The wgmma kernel's tiles all have 64 columns.
+    // layer's dz, pout columns wide, uses p.dz_stride). The wgmma kernels' tiles are atoms with rows of
+    // 64 elements (two atoms per stash and hidden dz tile at width 128).
     constexpr int AS = WG ? 64 : W + 8, DS = WG ? 64 : W + 8;
     extern __shared__ __align__(16) char smem_base[];
     // The wgmma kernel's tiles need 1024-byte alignment: its plan asked for 1024 bytes more.

@@ -401,10 +401,11 @@ void expect_wgmma_cases(const std::vector<FusedCase>& cases) {
 // fp64 reference like every plan; dL/dinput and the fused step's loss values and dL/dinput bit for
 // bit against the mma.sync kernel on the same block otherwise (the chain and the forward pass
 // are the same instructions; only dW is grouped otherwise). Both dtypes, inputs narrower than 64
-// (the tiles' unused columns), 1 to 64 outputs, three hidden layers, 16-bit input and fp32 output,
-// tails, and one block (its slot reduced, not written directly: red.global.add). The
-// fused step equals the unfused one bit for bit under it in FullyFusedMlpGpuFusedLoss (its default
-// plan at 64->64->64 and the 12-warp overrides).
+// (the tiles' unused columns), 1 to 64 outputs, 1 to 3 hidden layers (at width 128 at most 2: a third
+// does not fit on chip), 16-bit input and fp32 output, tails, and one block (its slot reduced, not
+// written directly: red.global.add). The fused step equals the unfused one bit for bit under the
+// width-64 kernel in FullyFusedMlpGpuFusedLoss (its default plan at 64->64->64 and the 12-warp
+// overrides), under the width-128 one there only through the default plan of its width-128 case.
 void check_wgmma_case(const FusedCase& c, DType dtype, const std::string& what, const Device& dev) {
     ffm::PlanOverride wg;  // the wgmma kernel's block: 12 warps at width 64, 8 at 128
     wg.backward_warps = ffm::wgmma_backward_warps(int(c.width)), wg.backward_m_tiles = 1, wg.dw_in_global = true;
