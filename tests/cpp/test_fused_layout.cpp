@@ -724,11 +724,12 @@ TEST(FusedPlan, WgmmaKernelForTwelveWarpPlansOfTheShapesItCovers) {
         const auto p = ffm::plan_backward(sh, in_bytes, 2, Activation::ReLU, want_dw, limits(true, 64), twelve);
         EXPECT_TRUE(p.wgmma) << sh.n_in << " -> " << sh.n_out;
         check_backward_plan(sh, p, limits(true, 64).smem_per_block, want_dw);
-        // The GPU tests compare these with the mma.sync kernel on the same 12-warp block (padded rows).
+        // The GPU tests compare these with the mma.sync kernel on the same 12-warp block (padded rows):
+        // that plan must exist, with the same warps and tiles.
         ffm::PlanOverride mma_sync = twelve;
         mma_sync.no_wgmma = true;
-        EXPECT_FALSE(
-            ffm::plan_backward(sh, in_bytes, 2, Activation::ReLU, want_dw, limits(true, 64), mma_sync).wgmma)
+        const auto plain = ffm::plan_backward(sh, in_bytes, 2, Activation::ReLU, want_dw, limits(true, 64), mma_sync);
+        EXPECT_TRUE(!plain.wgmma && plain.n_warps == p.n_warps && plain.rows_per_warp == p.rows_per_warp)
             << sh.n_in << " -> " << sh.n_out;
     }
     // Not covered: a bias, more than 64 padded inputs or outputs, another width, another activation.
@@ -793,8 +794,8 @@ TEST(FusedPlan, WgmmaKernelForEightWarpPlansAtWidth128) {
             const auto wg = ffm::plan_backward(sh, in_bytes, dy_bytes, Activation::ReLU, true, limits(true), eight);
             EXPECT_TRUE(wg.wgmma) << what;
             check_backward_plan(sh, wg, limits(true).smem_per_block, true);
-            EXPECT_FALSE(ffm::plan_backward(sh, in_bytes, dy_bytes, Activation::ReLU, true, limits(true), mma_sync).wgmma)
-                << what;
+            const auto plain = ffm::plan_backward(sh, in_bytes, dy_bytes, Activation::ReLU, true, limits(true), mma_sync);
+            EXPECT_TRUE(!plain.wgmma && plain.n_warps == wg.n_warps && plain.rows_per_warp == wg.rows_per_warp) << what;
         }
     ffm::Shape biased = shape(128, 32, 16, 2);
     biased.bias = true;
