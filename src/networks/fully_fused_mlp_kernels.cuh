@@ -196,6 +196,38 @@ __device__ __forceinline__ void wgmma_m64n32k16_tt(float (&d)[16], uint64_t da, 
 #endif
 }
 
+// d (64 x 64 fp32 over the warpgroup; this warp's rows 16 (warp % 4) .. + 15 in mma.sync C-fragment
+// order, n8 tile j in d[4 j .. 4 j + 3]) += A * B, A this warp's 16 rows of one k-step as the mma.sync
+// A fragment a (registers), B 16 x 64 from a descriptor of a swizzled atom: K-major (TNSPB 0: the
+// forward's B = W^T, W's rows) or N-major (TNSPB 1: the chain's B = W). The width-128 wgmma kernel's
+// hidden layers (bench/wgmma_probe.cu: the same bits as mma.sync on the same operands).
+template <typename T, int TNSPB>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+#if TNN_FFM_WGMMA_BUILT
+#define TNN_FFM_WG_D8(o)                                                                                         \
+    "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
+        "+f"(d[o + 7])
+#define TNN_FFM_WG_D32                                                                                            \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28," \
+    "%29,%30,%31"
+    if constexpr (std::is_same_v<T, gpu_half>)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" TNN_FFM_WG_D32
+                     "}, {%32,%33,%34,%35}, %36, 1, 1, 1, %37;\n"
+                     : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8), TNN_FFM_WG_D8(16), TNN_FFM_WG_D8(24)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TNSPB));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" TNN_FFM_WG_D32
+                     "}, {%32,%33,%34,%35}, %36, 1, 1, 1, %37;\n"
+                     : TNN_FFM_WG_D8(0), TNN_FFM_WG_D8(8), TNN_FFM_WG_D8(16), TNN_FFM_WG_D8(24)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TNSPB));
+#undef TNN_FFM_WG_D8
+#undef TNN_FFM_WG_D32
+#else
+    (void)d, (void)a, (void)db;
+    __trap();
+#endif
+}
+
 // ============================================================================================
 // 16-bit pairs: the low half holds the element with the lower column index (PTX fragment order).
 // ============================================================================================
@@ -465,6 +497,27 @@ __device__ __forceinline__ void load_slot(const KernelArgs& args, int l, char* s
         const T* b = static_cast<const T*>(args.params) + s.bias_offset(l);
         float* bdst = reinterpret_cast<float*>(slot + int64_t(out) * ws * 2);
         for (int o = threadIdx.x; o < out; o += blockDim.x) bdst[o] = gpu::to_acc(b[o]);
+    }
+}
+
+// The width-128 wgmma kernel's hidden layers (1 .. L - 1, [W][W], no bias): the matrix in its slot as
+// two swizzled atoms [W rows][64] (input columns 0..63, then 64..127, W * 128 bytes apart), the layout
+// the wgmma B descriptors of the forward (K-major) and the chain (N-major, one atom per 64 output
+// columns) read; 32 KiB of the slot's 34 KiB, which is 1024-byte aligned at width 128 (every slot is a
+// multiple of 2048 bytes). All threads of the block participate; the caller commits and waits.
+template <typename T, int W>
+__device__ __forceinline__ void load_slot_sw(const KernelArgs& args, int l, char* slot) {
+    const T* w = static_cast<const T*>(args.params) + args.shape.weight_offset(l);
+    constexpr int cpr = W / 8;  // 16-byte chunks per row
+    for (int i = threadIdx.x; i < W * cpr; i += blockDim.x) {
+        const int r = i / cpr, c = (i - r * cpr) * 8;
+        char* dst = slot + (c >> 6) * (W * 128) + swizzle128((r * 64 + (c & 63)) * 2);
+        if (args.params_aligned) {
+            cp_async<16>(smem_addr(dst), w + int64_t(r) * W + c, true);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) reinterpret_cast<T*>(dst)[e] = w[int64_t(r) * W + c + e];
+        }
     }
 }
 
@@ -1322,13 +1375,22 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         for (int64_t i = threadIdx.x; i < s.n_params() / 4; i += blockDim.x)
             reinterpret_cast<float4*>(dw)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (p.weights_resident)
-        for (int l = 0; l <= L; ++l) load_slot<T>(args, l, wsm + s.slot_offset(l));
+        for (int l = 0; l <= L; ++l) {
+            if constexpr (SW > 1) {  // the hidden layers in the swizzled layout of their wgmmas
+                if (l > 0 && l < L) {
+                    load_slot_sw<T, W>(args, l, wsm + s.slot_offset(l));
+                    continue;
+                }
+            }
+            load_slot<T>(args, l, wsm + s.slot_offset(l));
+        }
     if (blockIdx.x < n_tiles) {
         issue_input(blockIdx.x);
         if (stage_dy) issue_dy(blockIdx.x);
     }
     cp_async_commit();
     cp_async_wait_all();
+    if constexpr (SW > 1) fence_proxy_async_smem();  // the weights, read by wgmma
     __syncthreads();
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
@@ -1405,13 +1467,42 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
             const LayerSlot w = layer_slot(ensure_layer(l), W, W, !WG && s.bias, lane);
             T* dt = stash_d_tile(l);
             uint32_t h2[MT][NC][4];
+            if constexpr (SW > 1) {
+                // Width 128: z = a W^T by wgmma from the activations in registers (K-major B, the
+                // swizzled slot; resident), two halves of 64 output columns (32 accumulators each), each
+                // 8 k-steps.
+                const uint32_t wb = smem_addr(wsm + s.slot_offset(l));
 #pragma unroll
-            for (int c = 0; c < NC; ++c) {
-                float acc[MT][2][4];
-                hidden_chunk<T>(acc, c, h, w, lane);
-                with_hidden_activation<RELU>(args.act, [&](auto A) {
-                    hidden_chunk_to_stash<T, decltype(A)::value>(acc, h2, c, lane, dt, AS);
-                });
+                for (int nh = 0; nh < 2; ++nh) {
+                    float d[32];
+#pragma unroll
+                    for (int i = 0; i < 32; ++i) d[i] = 0.0f;
+                    wgmma_fence();
+#pragma unroll
+                    for (int k = 0; k < NC; ++k)  // k-step k: atom k / 4, 32 (k % 4) bytes into its rows
+                        wgmma_m64n64k16_rs<T, 0>(d, h[0][k], kWgmmaDescHi | wgmma_desc_lo(wb + (k >> 2) * (W * 128) +
+                                                                                       32 * (k & 3) + nh * 64 * 128));
+                    wgmma_commit();
+                    wgmma_wait<0>();
+#pragma unroll
+                    for (int c4 = 0; c4 < 4; ++c4) {
+                        float acc[MT][2][4];
+#pragma unroll
+                        for (int j = 0; j < 2; ++j)
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) acc[0][j][i] = d[4 * (2 * c4 + j) + i];
+                        hidden_chunk_to_stash<T, Activation::ReLU>(acc, h2, 4 * nh + c4, lane, dt, AS);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    float acc[MT][2][4];
+                    hidden_chunk<T>(acc, c, h, w, lane);
+                    with_hidden_activation<RELU>(args.act, [&](auto A) {
+                        hidden_chunk_to_stash<T, decltype(A)::value>(acc, h2, c, lane, dt, AS);
+                    });
+                }
             }
             stash_layer(l, h2);
 #pragma unroll
@@ -1610,6 +1701,33 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                         float acc[MT][2][4] = {};
                         mma_chunk_smem<T, MT, true>(acc, dz_addr, 16 * p.dz_stride * 2, s.pout / 16, b_base + c * 32, b_kstep);
                         to_dz(c, acc);
+                    }
+                } else if constexpr (SW > 1) {
+                    // Width 128, hidden layer: dL/da_{l-1} = dz_l W_l by wgmma from the dz rows in
+                    // registers (N-major B: the swizzled slot, input columns 64 nh .. in atom nh), two
+                    // halves of 64 columns, each 8 k-steps of 16 output rows (2048 bytes).
+                    const uint32_t wb = smem_addr(slot);
+#pragma unroll
+                    for (int nh = 0; nh < 2; ++nh) {
+                        float d[32];
+#pragma unroll
+                        for (int i = 0; i < 32; ++i) d[i] = 0.0f;
+                        wgmma_fence();
+#pragma unroll
+                        for (int k = 0; k < NC; ++k)
+                            wgmma_m64n64k16_rs<T, 1>(d, dzr[0][k],
+                                                     kWgmmaDescHi | wgmma_desc_lo(wb + nh * (W * 128) + 2048 * k));
+                        wgmma_commit();
+                        wgmma_wait<0>();
+#pragma unroll
+                        for (int c4 = 0; c4 < 4; ++c4) {
+                            float acc[MT][2][4];
+#pragma unroll
+                            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                                for (int i = 0; i < 4; ++i) acc[0][j][i] = d[4 * (2 * c4 + j) + i];
+                            to_dz(4 * nh + c4, acc);
+                        }
                     }
                 } else {
 #pragma unroll
