@@ -61,7 +61,9 @@ constexpr bool backward_reads_dy_in_place(uint32_t width, bool relu, int m_tiles
 // warpgroup while the others go on with the chain (the warpgroups take the layers' blocks in turn),
 // added to the block's partial slot in global memory with red.global.add. Deterministic, and the fused
 // step equals the unfused one bit for bit (same kernel); dL/dinput and the loss values equal the
-// mma.sync kernel's bit for bit, dL/dparams only to rounding (other k order within the tile).
+// mma.sync kernel's bit for bit (at width 128 the hidden layers' forward and chain are wgmmas too,
+// with A from registers: equal as long as wgmma's bits equal mma.sync's, which the probe found and the
+// GPU tests check), dL/dparams only to rounding (other k order within the tile).
 // The planner takes them for plans of wgmma_backward_warps warps and one tile, shapes they cover
 // (wgmma_backward_shape), dW in global memory, on devices and builds that have them
 // (DeviceLimits::wgmma), unless PlanOverride::no_wgmma.

@@ -18,7 +18,8 @@
 // block writes dL/dparams itself). The wgmma flavours of the 12-warp width-64 and the 8-warp
 // width-128 kernels (sm_90a, template WG; fully_fused_mlp.h) instead keep their tiles swizzled and
 // compute dW by wgmma, in jobs of 64 rows x 32 columns of a layer over all the block's rows, each job by
-// one warpgroup, added to the block's slot in global memory.
+// one warpgroup, added to the block's slot in global memory; at width 128 the hidden layers' forward
+// recompute and chain also go through wgmma (their weights as swizzled atoms, load_slot_sw).
 //
 // Each kernel comes in two flavours (template RELU, see with_hidden_activation): compiled for ReLU
 // hidden layers with a linear output, or switching the activation at run time.
@@ -141,6 +142,12 @@ template <int SW, typename T> __device__ __forceinline__ T* tile_at(T* tile, int
 __device__ __forceinline__ void wgmma_fence() { TNN_FFM_WG_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { TNN_FFM_WG_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 // Waits until at most PENDING committed groups are in flight.
+// Pins registers the next wgmmas accumulate into (or read) in place across the fence / wait: the
+// compiler may otherwise move their initialisation past wgmma.fence (CUTLASS's warpgroup_fence_operand).
+template <int N> __device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
 template <int PENDING> __device__ __forceinline__ void wgmma_wait() {
     TNN_FFM_WG_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
 }
@@ -1363,6 +1370,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     };
     auto ensure_layer = [&](int l) -> const char* {
         if (p.weights_resident) return wsm + s.slot_offset(l);
+        if constexpr (SW > 1) __trap();  // (its hidden layers' swizzled slots are resident; the launcher checks)
         __syncthreads();
         load_slot<T>(args, l, wsm);
         cp_async_commit();
@@ -1471,19 +1479,22 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 // Width 128: z = a W^T by wgmma from the activations in registers (K-major B, the
                 // swizzled slot; resident), two halves of 64 output columns (32 accumulators each), each
                 // 8 k-steps.
-                const uint32_t wb = smem_addr(wsm + s.slot_offset(l));
+                // The descriptors' address field as a base plus constants (the slot is 1024-byte aligned).
+                const uint32_t wb = wgmma_desc_lo(smem_addr(wsm + s.slot_offset(l)));
 #pragma unroll
                 for (int nh = 0; nh < 2; ++nh) {
                     float d[32];
 #pragma unroll
                     for (int i = 0; i < 32; ++i) d[i] = 0.0f;
+                    wgmma_fence_operand(d);
                     wgmma_fence();
 #pragma unroll
                     for (int k = 0; k < NC; ++k)  // k-step k: atom k / 4, 32 (k % 4) bytes into its rows
-                        wgmma_m64n64k16_rs<T, 0>(d, h[0][k], kWgmmaDescHi | wgmma_desc_lo(wb + (k >> 2) * (W * 128) +
-                                                                                       32 * (k & 3) + nh * 64 * 128));
+                        wgmma_m64n64k16_rs<T, 0>(
+                            d, h[0][k], kWgmmaDescHi | (wb + (((k >> 2) * (W * 128) + 32 * (k & 3) + nh * 64 * 128) >> 4)));
                     wgmma_commit();
                     wgmma_wait<0>();
+                    wgmma_fence_operand(d);
 #pragma unroll
                     for (int c4 = 0; c4 < 4; ++c4) {
                         float acc[MT][2][4];
@@ -1706,19 +1717,21 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                     // Width 128, hidden layer: dL/da_{l-1} = dz_l W_l by wgmma from the dz rows in
                     // registers (N-major B: the swizzled slot, input columns 64 nh .. in atom nh), two
                     // halves of 64 columns, each 8 k-steps of 16 output rows (2048 bytes).
-                    const uint32_t wb = smem_addr(slot);
+                    const uint32_t wb = wgmma_desc_lo(smem_addr(slot));
 #pragma unroll
                     for (int nh = 0; nh < 2; ++nh) {
                         float d[32];
 #pragma unroll
                         for (int i = 0; i < 32; ++i) d[i] = 0.0f;
+                        wgmma_fence_operand(d);
                         wgmma_fence();
 #pragma unroll
                         for (int k = 0; k < NC; ++k)
                             wgmma_m64n64k16_rs<T, 1>(d, dzr[0][k],
-                                                     kWgmmaDescHi | wgmma_desc_lo(wb + nh * (W * 128) + 2048 * k));
+                                                     kWgmmaDescHi | (wb + ((nh * (W * 128) + 2048 * k) >> 4)));
                         wgmma_commit();
                         wgmma_wait<0>();
+                        wgmma_fence_operand(d);
 #pragma unroll
                         for (int c4 = 0; c4 < 4; ++c4) {
                             float acc[MT][2][4];
@@ -1861,7 +1874,9 @@ template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args
             if constexpr ((W == 64 || W == 128) && MT == 1) {
                 if (!args.relu || args.bwd.n_warps != wgmma_backward_warps(W) || !args.bwd.weights_resident ||
                     !args.bwd.stash_in_smem || args.bwd.dw_in_smem || args.grads || !wgmma_tile_layout(args.bwd) ||
-                    !wgmma_backward_shape(sh.width, sh.pin, sh.pout, sh.bias))
+                    !wgmma_backward_shape(sh.width, sh.pin, sh.pout, sh.bias) ||
+                    (W == 128 && (args.bwd.off_weights % 1024 != 0 || sh.slot_offset(1) % 1024 != 0 ||
+                                  sh.slot_bytes(1) % 1024 != 0)))  // the hidden slots' atoms (load_slot_sw)
                     throw Error(msg("FullyFusedMLP: a wgmma backward plan for a shape or block it does not cover (",
                                     args.bwd.n_warps, " warps, ", sh.pin, " -> ", sh.width, " -> ", sh.pout, ")"));
                 fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT, true><<<grid, block, args.bwd.smem_bytes, s>>>(args);

@@ -399,8 +399,9 @@ void expect_wgmma_cases(const std::vector<FusedCase>& cases) {
 // The wgmma backward kernels (BackwardPlan::wgmma: swizzled tiles, dW by wgmma) where the build
 // and the device have them (an sm_90a build on an sm_90 GPU must): dL/dparams against the
 // fp64 reference like every plan; dL/dinput and the fused step's loss values and dL/dinput bit for
-// bit against the mma.sync kernel on the same block otherwise (the chain and the forward pass
-// are the same instructions; only dW is grouped otherwise). Both dtypes, inputs narrower than 64
+// bit against the mma.sync kernel on the same block otherwise (at width 64 the chain and the forward
+// pass are the same instructions, only dW is grouped otherwise; at width 128 the hidden layers' go
+// through wgmma, whose bits bench/wgmma_probe.cu found equal to mma.sync's on the same operands). Both dtypes, inputs narrower than 64
 // (the tiles' unused columns), 1 to 64 outputs, 1 to 3 hidden layers (at width 128 at most 2: a third
 // does not fit on chip), 16-bit input and fp32 output, tails, and one block (its slot reduced, not
 // written directly: red.global.add). The fused step equals the unfused one bit for bit under the
