@@ -1638,9 +1638,11 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                         // alternate between them, the first to warpgroup (L - l) % 2, and each warpgroup
                         // walks its own (always the same jobs of a layer, so each slot element has one
                         // writer thread: deterministic).
-                        const int n_h = (in + kWgN - 1) / kWgN, n_jobs = ((out + 63) / 64) * n_h;
-                        for (int j = ((warp >> 2) + L - l) & 1; j < n_jobs; j += 2) {
-                            const int mh = j / n_h, h = j - mh * n_h;
+                        // (mh, h) stepped rather than divided out of j (an integer division per job).
+                        const int n_h = (in + kWgN - 1) / kWgN, n_mh = (out + 63) / 64;
+                        for (int h = ((warp >> 2) + L - l) & 1, mh = 0;; h += 2) {  // job j = n_h mh + h
+                            while (h >= n_h) h -= n_h, ++mh;
+                            if (mh >= n_mh) break;
                             dw_cols_wgmma<T, kWgRows, SW>(dz_cur, act_src, out, in, mh, h, dw + s.weight_offset(l),
                                                           lane, warp % 4);
                         }
