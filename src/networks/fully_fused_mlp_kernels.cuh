@@ -1306,6 +1306,10 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     // apart (the x and top dz tiles, <= 64 columns, use the first).
     constexpr int kWgRows = WG ? 16 * wgmma_backward_warps(W) : 0;
     constexpr int SW = !WG ? 0 : W == 64 ? 1 : kWgRows * 128;
+    // The target reads in a shared-memory branch of their own and the streaming loss-value stores:
+    // measured with the width-64 wgmma kernel only (the shared-row branch cost the mma.sync width-128
+    // kernel 3-4%; at width 128 the wgmma kernel takes the other kernels' forms in this experiment).
+    constexpr bool kWg64 = WG && W == 64;
     // The 12-warp kernels (ReLU / linear output, one tile, width <= 64) alone are compiled with what
     // plans without dy rows need: dL/doutput read in place (BackwardPlan::dy_in_smem false), the fused
     // step's target through the raw rows (KernelArgs::target_in_raw, which the launcher sets only for
@@ -1437,7 +1441,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         float2 tpre[MT][2][2];
         if (target_pre)
 #pragma unroll
-            for (int m = 0; m < MT; ++m) load_target_pairs<MT, WG>(args, false, dyt, p.dy_stride, 0, m, valid, row0, lane, tpre[m]);
+            for (int m = 0; m < MT; ++m) load_target_pairs<MT, kWg64>(args, false, dyt, p.dy_stride, 0, m, valid, row0, lane, tpre[m]);
 
         // ---- Recomputed forward pass; a (and f'(z)) of hidden layers go to the stash.
         uint32_t h[MT][NC][4];
@@ -1538,7 +1542,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 if (pipe)
 #pragma unroll
                     for (int m = 0; m < MT; ++m)
-                        load_target_pairs<MT, WG>(args, false, dyt, p.dy_stride, c + 1, m, valid, row0, lane, tnext[m]);
+                        load_target_pairs<MT, kWg64>(args, false, dyt, p.dy_stride, c + 1, m, valid, row0, lane, tnext[m]);
                 float acc[MT][2][4];
                 output_chunk<T>(acc, c, h, w, lane);
                 if (RELU && args.fused_loss) {
@@ -1563,10 +1567,10 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
 #pragma unroll
                                 for (int hh = 0; hh < 2; ++hh) t[j][hh] = tpre[M][j][hh];
                         } else {
-                            load_target_pairs<MT, WG>(args, target_staged, target_rows, target_pitch, c, M, valid, row0,
+                            load_target_pairs<MT, kWg64>(args, target_staged, target_rows, target_pitch, c, M, valid, row0,
                                                   lane, t);
                         }
-                        output_loss_dz_tile<T, MT, M, SW, WG>(args, y, d, t, dz_top + wrow * (SW > 1 ? DS : p.dz_stride), p.dz_stride, c,
+                        output_loss_dz_tile<T, MT, M, SW, kWg64>(args, y, d, t, dz_top + wrow * (SW > 1 ? DS : p.dz_stride), p.dz_stride, c,
                                                           valid, row0, lane);
                     };
                     tile(std::integral_constant<int, 0>{});
