@@ -68,7 +68,7 @@ constexpr bool backward_reads_dy_in_place(uint32_t width, bool relu, int m_tiles
 // (wgmma_backward_shape), dW in global memory, on devices and builds that have them
 // (DeviceLimits::wgmma), unless PlanOverride::no_wgmma.
 constexpr int kWgmmaWarps = 12;
-constexpr int wgmma_backward_warps(int width) { return width == 64 ? kWgmmaWarps : kMaxWarps; }
+constexpr int wgmma_backward_warps(int width) { return width == 64 ? kWgmmaWarps : width == 128 ? kMaxWarps : 0; }
 constexpr bool wgmma_backward_shape(int width, int pin, int pout, bool bias) {
     return (width == 64 || width == 128) && pin <= 64 && pout <= 64 && !bias;
 }
@@ -235,13 +235,18 @@ struct BackwardPlan {
     int blocks_per_sm = 0;
 };
 
-// The tile layout the wgmma kernels' descriptors assume (layout_backward makes it for wgmma plans):
-// 64-element rows of the x, stash and dz tiles' atoms, each tile 1024-byte aligned, and 1024 bytes of
-// shared memory beyond the plan's regions for aligning the base. The launcher refuses a wgmma plan
-// without it.
-inline bool wgmma_tile_layout(const BackwardPlan& p) {
-    return p.x_stride == 64 && p.act_stride == 64 && p.dz_stride == 64 && p.off_x % 1024 == 0 &&
-           p.off_stash % 1024 == 0 && p.off_dz % 1024 == 0 && p.off_dw + 1024 <= p.smem_bytes;
+// The tile layout the wgmma kernels' descriptors and tile sizes assume for shape s (layout_backward
+// makes it for wgmma plans): one m16 tile per warp, one stash per hidden layer, 64-element rows of the
+// x, stash and dz tiles' atoms, the x tile (64 columns), the stash (n_hidden tiles of s.width columns)
+// and the two dz tiles (s.width columns) in that order without overlap, each 1024-byte aligned, and
+// 1024 bytes of shared memory beyond the plan's regions for aligning the base. The launcher refuses a
+// wgmma plan without it (e.g. a plan laid out for another width).
+inline bool wgmma_tile_layout(const BackwardPlan& p, const Shape& s) {
+    const int64_t R = int64_t(p.n_warps) * p.rows_per_warp, tile = R * s.width * 2;
+    return p.rows_per_warp == 16 && p.n_stashes == 1 && p.x_stride == 64 && p.act_stride == 64 &&
+           p.dz_stride == 64 && p.off_x % 1024 == 0 && p.off_stash % 1024 == 0 && p.off_dz % 1024 == 0 &&
+           p.off_x + R * 64 * 2 <= p.off_stash && p.off_stash + s.n_hidden * tile <= p.off_dz &&
+           p.off_dz + 2 * tile <= p.off_dw && p.off_dw + 1024 <= p.smem_bytes;
 }
 
 // Whether two backward plans of one network, launched over the same rows with grids grid_a and

@@ -441,7 +441,7 @@ void check_backward_plan(const ffm::Shape& s, const ffm::BackwardPlan& p, int64_
         EXPECT_TRUE(p.x_stride == 64 && p.act_stride == 64 && p.dz_stride == 64) << what;
         EXPECT_TRUE(p.off_x % 1024 == 0 && p.off_stash % 1024 == 0 && p.off_dz % 1024 == 0) << what;
         EXPECT_EQ(R * 64 * 2 % 1024, 0) << what << ": every atom (and so every tile) on a 1024-byte boundary";
-        EXPECT_TRUE(ffm::wgmma_tile_layout(p)) << what << ": the launcher's check of the same";
+        EXPECT_TRUE(ffm::wgmma_tile_layout(p, s)) << what << ": the launcher's check of the same";
         EXPECT_TRUE(p.stash_in_smem && p.weights_resident && p.n_warps == ffm::wgmma_backward_warps(s.width) &&
                     p.rows_per_warp == 16)
             << what;
@@ -788,7 +788,7 @@ TEST(FusedPlan, WgmmaKernelForEightWarpPlansAtWidth128) {
     mma_sync.no_wgmma = true;
     for (const auto& [sh, in_bytes] : {std::pair{shape(128, 32, 16, 2), 4}, std::pair{shape(128, 64, 16, 1), 2},
                                        std::pair{shape(128, 17, 33, 1), 4}, std::pair{shape(128, 32, 2, 2), 4},
-                                       std::pair{shape(128, 3, 1, 1), 4}})
+                                       std::pair{shape(128, 3, 1, 1), 4}, std::pair{shape(128, 40, 64, 1), 4}})
         for (int dy_bytes : {2, 4}) {
             const std::string what = msg(sh.n_in, " -> 128 -> ", sh.n_out, ", ", sh.n_hidden, " hidden, dy ", dy_bytes);
             const auto wg = ffm::plan_backward(sh, in_bytes, dy_bytes, Activation::ReLU, true, limits(true), eight);
@@ -803,6 +803,14 @@ TEST(FusedPlan, WgmmaKernelForEightWarpPlansAtWidth128) {
         EXPECT_FALSE(ffm::plan_backward(sh, 4, 2, Activation::ReLU, true, limits(true)).wgmma)
             << sh.pin << " -> " << sh.pout << (sh.bias ? " bias" : "") << ", " << sh.n_hidden << " hidden";
     EXPECT_FALSE(ffm::plan_backward(shape(128, 32, 16, 2), 4, 2, Activation::Tanh, true, limits(true)).wgmma);
+    // The launcher's layout check refuses a plan laid out for the other width (its tiles too small).
+    const auto p128 = ffm::plan_backward(shape(128, 32, 16, 2), 4, 2, Activation::ReLU, true, limits(true));
+    EXPECT_TRUE(ffm::wgmma_tile_layout(p128, shape(128, 32, 16, 2)));
+    EXPECT_FALSE(ffm::wgmma_tile_layout(p128, shape(256, 32, 16, 2)));
+    ffm::BackwardPlan two_tiles = p128;
+    two_tiles.rows_per_warp = 32;
+    EXPECT_FALSE(ffm::wgmma_tile_layout(two_tiles, shape(128, 32, 16, 2)));
+    EXPECT_EQ(ffm::wgmma_backward_warps(32), 0);
 }
 
 TEST(FusedLayout, SwizzledTilesAreBijectiveAndConflictFree) {

@@ -501,8 +501,18 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardAtWidth128MatchesTheReferenceAndTheMmaS
         {"w128_17to33_h1_f32out_batch1000", 17, 33, 128, 1, "ReLU", "None", false, 1000, false, true, false, true},
         {"w128_32to2_batch1", 32, 2, 128, 2, "ReLU", "None", false, 1, false, false, false, true},
         {"w128_3to1_h1_batch777", 3, 1, 128, 1, "ReLU", "None", false, 777, false, false, false, true},
+        // 64 outputs (every warp's rows of the top layer's dW job stored), 40 inputs padded to 48 (layer
+        // 0's second column block half used), one hidden layer over several tiles per block.
+        {"w128_40to64_h1_batch70001", 40, 64, 128, 1, "ReLU", "None", false, 70001, false, false, false, true},
     };
     expect_wgmma_cases(cases);
+    // Without an override the planner takes it for the shape on this device.
+    const FusedCase& c = case_named("w128_32to16_batch1000");
+    const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
+    const FusedData d = make_data(c, *net, 3);
+    TestStream stream(Device::gpu(0));
+    run_gpu(*net, stream, d, false, nullptr);
+    EXPECT_TRUE(ffm::last_backward_plan().wgmma && ffm::last_backward_plan().n_warps == 8);
 }
 #endif  // TNN_WITH_CUDA
 
@@ -510,11 +520,14 @@ TEST(FullyFusedMlpGpuProps, TrainingIsBitwiseReproducible) {
     TNN_SKIP_WITHOUT_GPU();
     // w64_64to64_batch4099: the wgmma kernel (the block's slot updated with red.global.add); with
     // batch 65537 several tiles per block add to each slot element.
+    // w128_32to16_batch65537: the width-128 wgmma kernel, several tiles per block.
     const FusedCase many_tiles = {"w64_64to64_batch65537", 64, 64, 64, 2, "ReLU", "None", false, 65537,
                                   false, false, false, true};
+    const FusedCase many_tiles_128 = {"w128_32to16_batch65537", 32, 16, 128, 2, "ReLU", "None", false, 65537,
+                                      false, false, false, true};
     for (const FusedCase& c : {case_named("w64_32to16_batch65537"), case_named("silu_silu_w32_16bit_io"),
                                case_named("tanh_sigmoid_w128_pads17"), case_named("w64_64to64_batch4099"),
-                               many_tiles}) {
+                               many_tiles, many_tiles_128}) {
         const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
         const FusedData data = make_data(c, *net, 99);
         TestStream stream(Device::gpu(0));
@@ -530,8 +543,8 @@ TEST(FullyFusedMlpGpuProps, TrainingIsBitwiseReproducible) {
 TEST(FullyFusedMlpGpuProps, AccumulateAddsToTheGradient) {
     TNN_SKIP_WITHOUT_GPU();
     // batch 1000: the per-block partials and the reduction kernel; batch 1: one block writes dL/dparams;
-    // w64_64to64_batch4099: the wgmma kernel (red.global.add into the block's slot).
-    for (const char* name : {"softplus_squareplus_w64", "w32_batch1", "w64_64to64_batch4099"}) {
+    // w64_64to64_batch4099, w128_32to16_batch1000: the wgmma kernels (red.global.add into the block's slot).
+    for (const char* name : {"softplus_squareplus_w64", "w32_batch1", "w64_64to64_batch4099", "w128_32to16_batch1000"}) {
         for (DType dtype : {DType::f16, DType::bf16}) {
             const FusedCase& c = case_named(name);
             const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
@@ -633,6 +646,9 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // width-64 case without bias and with <= 64 padded inputs and outputs, not only 64 inputs.
     overrides[10] = overrides[7];
     overrides[10].dw_in_global = true;
+    // The same at width 128 (8 warps): the width-128 wgmma kernel for its cases without bias.
+    overrides.emplace_back();
+    overrides[11].backward_warps = 8, overrides[11].backward_m_tiles = 1, overrides[11].dw_in_global = true;
     const Device dev = Device::gpu(0);
     // Plus batches whose N = rows * outputs is a power of two: there the epilogue multiplies by 1 / N
     // (KernelArgs::loss_inv_n) where the loss kernel divides by N; elsewhere it divides too.
@@ -649,12 +665,15 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // The unfused plan is the 12-warp mma.sync kernel with dW on chip; the fused step's 4-byte plan would
     // be the wgmma kernel (dW in global memory): it must keep the unfused kernel (ffm::same_dw_order).
     cases.push_back({"w64_32to48_batch3001", 32, 48, 64, 2, "ReLU", "None", false, 3001, false, false, false, true});
+    // Width 128 under override 11: one hidden layer, fp32 output, several tiles per block.
+    cases.push_back({"w128_40to64_h1_f32out_batch70001", 40, 64, 128, 1, "ReLU", "None", false, 70001, false, true,
+                     false, true});
     int ran = 0;
     for (const FusedCase& c : cases) {
         if (c.act != "ReLU" || c.out_act != "None" || c.strided) continue;
         for (DType dtype : {DType::f16, DType::bf16})
             for (size_t oi = 0; oi < overrides.size(); ++oi) {
-                if (!override_has_kernel(c, overrides[oi])) continue;
+                if (!override_has_kernel(c, overrides[oi]) || (oi == 11 && c.width != 128)) continue;
                 for (const char* loss_name : {"L2", "L1", "RelativeL2", "RelativeL1", "MAPE", "SMAPE"}) {
                     if (oi > 0 && std::string(loss_name) != "L2" && std::string(loss_name) != "RelativeL2") continue;
                     const std::string what = msg(c.name, " ", dtype_name(dtype), " ", loss_name, " override ", oi);
