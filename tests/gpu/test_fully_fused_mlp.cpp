@@ -457,15 +457,22 @@ void check_wgmma_case(const FusedCase& c, DType dtype, const std::string& what, 
     }
 }
 
-TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel) {
-    TNN_SKIP_WITHOUT_GPU();
-    const bool available = ffm::wgmma_backward_available(0, DType::f16);
+// Whether the wgmma backward kernel of `width` runs here, in both dtypes (an sm_90a build on an sm_90
+// GPU must have it: a failure, not a skip).
+bool wgmma_here(int width) {
+    const bool available = ffm::wgmma_backward_available(0, DType::f16, width);
 #ifdef TNN_TEST_EXPECT_WGMMA
     if (gpu::device_properties(0).capability == gpu::kCcHopper)
-        ASSERT_TRUE(available) << "an sm_90a build on an sm_90 GPU must have the wgmma backward kernel";
+        EXPECT_TRUE(available) << "an sm_90a build on an sm_90 GPU must have the width-" << width
+                               << " wgmma backward kernel";
 #endif
-    if (!available) GTEST_SKIP() << "no wgmma backward kernel on this device / build";
-    EXPECT_TRUE(ffm::wgmma_backward_available(0, DType::bf16));
+    if (available) EXPECT_TRUE(ffm::wgmma_backward_available(0, DType::bf16, width)) << width;
+    return available;
+}
+
+TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel) {
+    TNN_SKIP_WITHOUT_GPU();
+    if (!wgmma_here(64)) GTEST_SKIP() << "no width-64 wgmma backward kernel on this device / build";
     const std::vector<FusedCase> cases = {
         case_named("w64_64to64_batch4099"),
         case_named("w64_32to16_batch65537"),
@@ -484,13 +491,7 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardMatchesTheReferenceAndTheMmaSyncKernel)
 
 TEST(FullyFusedMlpGpuPlans, WgmmaBackwardAtWidth128MatchesTheReferenceAndTheMmaSyncKernel) {
     TNN_SKIP_WITHOUT_GPU();
-    const bool available = ffm::wgmma_backward_available(0, DType::f16, 128);
-#ifdef TNN_TEST_EXPECT_WGMMA
-    if (gpu::device_properties(0).capability == gpu::kCcHopper)
-        ASSERT_TRUE(available) << "an sm_90a build on an sm_90 GPU must have the width-128 wgmma backward kernel";
-#endif
-    if (!available) GTEST_SKIP() << "no width-128 wgmma backward kernel on this device / build";
-    EXPECT_TRUE(ffm::wgmma_backward_available(0, DType::bf16, 128));
+    if (!wgmma_here(128)) GTEST_SKIP() << "no width-128 wgmma backward kernel on this device / build";
     const std::vector<FusedCase> cases = {
         // Width 128 (8 warps, two warpgroups; tiles of two swizzled atoms, dW in blocks of 64 rows and
         // 32 columns): the shape over several tiles per block, one hidden layer with 16-bit
