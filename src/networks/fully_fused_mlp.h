@@ -239,14 +239,18 @@ struct BackwardPlan {
 // makes it for wgmma plans): one m16 tile per warp, one stash per hidden layer, 64-element rows of the
 // x, stash and dz tiles' atoms, the x tile (64 columns), the stash (n_hidden tiles of s.width columns)
 // and the two dz tiles (s.width columns) in that order without overlap, each 1024-byte aligned, and
-// 1024 bytes of shared memory beyond the plan's regions for aligning the base. The launcher refuses a
-// wgmma plan without it (e.g. a plan laid out for another width).
+// 1024 bytes of shared memory beyond the plan's regions for aligning the base; at width 128, where the
+// hidden layers' weights (slots 1 .. n_hidden-1, when there are any) are swizzled atoms too
+// (load_slot_sw), those slots on 1024-byte boundaries. The launcher refuses a wgmma plan without it
+// (e.g. a plan laid out for another width).
 inline bool wgmma_tile_layout(const BackwardPlan& p, const Shape& s) {
     const int64_t R = int64_t(p.n_warps) * p.rows_per_warp, tile = R * s.width * 2;
+    const bool hidden_atoms = s.width != 128 || s.n_hidden < 2 ||
+                              (p.off_weights % 1024 == 0 && s.slot_offset(1) % 1024 == 0 && s.slot_bytes(1) % 1024 == 0);
     return p.rows_per_warp == 16 && p.n_stashes == 1 && p.x_stride == 64 && p.act_stride == 64 &&
            p.dz_stride == 64 && p.off_x % 1024 == 0 && p.off_stash % 1024 == 0 && p.off_dz % 1024 == 0 &&
            p.off_x + R * 64 * 2 <= p.off_stash && p.off_stash + s.n_hidden * tile <= p.off_dz &&
-           p.off_dz + 2 * tile <= p.off_dw && p.off_dw + 1024 <= p.smem_bytes;
+           p.off_dz + 2 * tile <= p.off_dw && p.off_dw + 1024 <= p.smem_bytes && hidden_atoms;
 }
 
 // Whether two backward plans of one network, launched over the same rows with grids grid_a and

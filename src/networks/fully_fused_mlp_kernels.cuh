@@ -1880,9 +1880,7 @@ template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args
             if constexpr ((W == 64 || W == 128) && MT == 1) {
                 if (!args.relu || args.bwd.n_warps != wgmma_backward_warps(W) || !args.bwd.weights_resident ||
                     !args.bwd.stash_in_smem || args.bwd.dw_in_smem || args.grads || !wgmma_tile_layout(args.bwd, sh) ||
-                    !wgmma_backward_shape(sh.width, sh.pin, sh.pout, sh.bias) ||
-                    (W == 128 && (args.bwd.off_weights % 1024 != 0 || sh.slot_offset(1) % 1024 != 0 ||
-                                  sh.slot_bytes(1) % 1024 != 0)))  // the hidden slots' atoms (load_slot_sw)
+                    !wgmma_backward_shape(sh.width, sh.pin, sh.pout, sh.bias))
                     throw Error(msg("FullyFusedMLP: a wgmma backward plan for a shape or block it does not cover (",
                                     args.bwd.n_warps, " warps, ", sh.pin, " -> ", sh.width, " -> ", sh.pout, ")"));
                 fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT, true><<<grid, block, args.bwd.smem_bytes, s>>>(args);

@@ -810,6 +810,12 @@ TEST(FusedPlan, WgmmaKernelForEightWarpPlansAtWidth128) {
     ffm::BackwardPlan two_tiles = p128;
     two_tiles.rows_per_warp = 32;
     EXPECT_FALSE(ffm::wgmma_tile_layout(two_tiles, shape(128, 32, 16, 2)));
+    // ... and one whose hidden layers' slots (swizzled atoms) would be off their 1024-byte boundaries.
+    // With one hidden layer there are none: the one-hidden-layer cases above pass the same check, though
+    // their output slots (e.g. 16 x 136 x 2 = 4352 bytes) are no multiple of 1024.
+    ffm::BackwardPlan shifted = p128;
+    shifted.off_weights = 512;
+    EXPECT_FALSE(ffm::wgmma_tile_layout(shifted, shape(128, 32, 16, 2)));
     EXPECT_EQ(ffm::wgmma_backward_warps(32), 0);
 }
 
