@@ -5,7 +5,10 @@
 // Tiled, Nearest, Smoothstep, fp32/bf16), and tcnn's encoding + FullyFusedMLP training step and
 // inference through the Trainer (2^18, 2^20). Measures the floors too: device copy bandwidth and the
 // rate of random 16-byte L2 gathers and of random float / u64 reductions into an L2-resident slice.
-// Writes one JSON; bench_grid_report.py adds the floors, PyTorch and tcnn.
+// The locality experiment: the main row at 2^20 on the same rows sorted on the host in Morton order
+// (variant "morton_sorted_rows"), and what sorting them on the device would cost (Morton codes, a
+// 30-bit radix sort of (code, row) pairs, the gather of x, and the scatter of y back to the caller's
+// order). Writes one JSON; bench_grid_report.py adds the floors, PyTorch and tcnn.
 //
 //   bench_grid --out FILE.json [--rounds 5] [--round_ms 20] [--quick]
 #include <tnn/tnn.h>
@@ -14,8 +17,11 @@
 #include "encodings/grid_gpu.h"
 #include "gpu/gpu.h"
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -206,7 +212,118 @@ struct Row {
     DType dtype;
     int64_t batch;
     std::vector<std::string> passes;  // forward, backward, backward_det, fwd_bwd, fwd_bwd_det
+    bool morton_rows = false;         // the rows in Morton order (3D: the locality experiment)
 };
+
+// ---- the locality experiment -------------------------------------------------------------------------
+
+// The 30-bit Morton code of a point of [0, 1]^3 (10 bits per coordinate, x in the lowest bit of each
+// triple), on the host and on the device alike.
+__host__ __device__ inline uint32_t spread_bits10(uint32_t v) {
+    v &= 0x3ffu;
+    v = (v | (v << 16)) & 0x030000ffu;
+    v = (v | (v << 8)) & 0x0300f00fu;
+    v = (v | (v << 4)) & 0x030c30c3u;
+    v = (v | (v << 2)) & 0x09249249u;
+    return v;
+}
+
+__host__ __device__ inline uint32_t morton3(float x, float y, float z) {
+    auto q = [](float v) {
+        const float c = fminf(fmaxf(v, 0.0f), 1.0f) * 1024.0f;
+        return static_cast<uint32_t>(fminf(c, 1023.0f));
+    };
+    return spread_bits10(q(x)) | (spread_bits10(q(y)) << 1) | (spread_bits10(q(z)) << 2);
+}
+
+// Rows of 3 coordinates reordered by their Morton codes (stable).
+std::vector<float> morton_sorted(const std::vector<float>& x, int64_t rows) {
+    std::vector<uint32_t> code(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) code[r] = morton3(x[3 * r], x[3 * r + 1], x[3 * r + 2]);
+    std::vector<int64_t> order(static_cast<size_t>(rows));
+    std::iota(order.begin(), order.end(), int64_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return code[a] < code[b]; });
+    std::vector<float> out(x.size());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int d = 0; d < 3; ++d) out[3 * r + d] = x[3 * order[r] + d];
+    return out;
+}
+
+__global__ void morton_codes_kernel(const float* __restrict__ x, int64_t rows, uint32_t* __restrict__ code,
+                                    uint32_t* __restrict__ row) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= rows) return;
+    code[i] = morton3(x[3 * i], x[3 * i + 1], x[3 * i + 2]);
+    row[i] = static_cast<uint32_t>(i);
+}
+
+__global__ void gather_rows3_kernel(const float* __restrict__ x, const uint32_t* __restrict__ order, int64_t rows,
+                                    float* __restrict__ out) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= rows) return;
+    const int64_t r = order[i];
+    out[3 * i] = x[3 * r], out[3 * i + 1] = x[3 * r + 1], out[3 * i + 2] = x[3 * r + 2];
+}
+
+// y (rows of `chunks` 16-byte chunks, in sorted order) back to the caller's order: one thread per chunk.
+__global__ void scatter_rows_kernel(const uint4* __restrict__ y, const uint32_t* __restrict__ order, int64_t rows,
+                                    int chunks, uint4* __restrict__ out) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= rows * chunks) return;
+    const int64_t r = i / chunks;
+    out[int64_t(order[r]) * chunks + i % chunks] = y[i];
+}
+
+// What sorting the rows on the device costs, next to the passes on sorted rows: "morton_sort" (codes,
+// the radix sort of 30-bit keys with the row indices, the gather of x into sorted order) and
+// "unsort_output" (the scatter of the encoding's output, 16 levels x F = 2 halves a row, back).
+void bench_sort_cost(int64_t rows, const Options& o, const Stream& s, json& results) {
+    const Device dev = s.device();
+    const gpu_stream_t native = gpu::native_stream(s);
+    Tensor x = upload(uniform(size_t(rows) * 3, 0.0f, 1.0f, 1), rows, 3, DType::f32, dev);
+    Buffer codes(dev, rows * 4), codes_sorted(dev, rows * 4), order_in(dev, rows * 4), order(dev, rows * 4),
+        xs(dev, rows * 12);
+    const int chunks = 16 * 2 * 2 / 16;  // the main row's output: 64 bytes a row
+    Buffer ys(dev, rows * 64), y(dev, rows * 64);
+    TNN_GPU_CHECK(gpu_memset_async(ys.data(), 0, ys.bytes(), native));
+    size_t temp_bytes = 0;
+    TNN_GPU_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, codes.ptr<uint32_t>(), codes_sorted.ptr<uint32_t>(),
+                                                  order_in.ptr<uint32_t>(), order.ptr<uint32_t>(), static_cast<int>(rows),
+                                                  0, 30, native));
+    Buffer temp(dev, std::max<size_t>(temp_bytes, 16));
+    const int threads = 256;
+    const unsigned blocks = static_cast<unsigned>((rows + threads - 1) / threads);
+    auto record = [&](const std::string& pass, const std::vector<double>& ms) {
+        results.push_back({{"pass", pass}, {"batch", rows}, {"ms", median(ms)}, {"ms_rounds", ms}});
+        std::printf("%-34s %-13s %-14s b=%-8lld %9.4f ms\n", "locality", pass.c_str(), "device",
+                    static_cast<long long>(rows), median(ms));
+        std::fflush(stdout);
+    };
+    try {
+        record("morton_sort", time_calls(s, o, [&] {
+                   morton_codes_kernel<<<blocks, threads, 0, native>>>(x.view().ptr<float>(), rows, codes.ptr<uint32_t>(),
+                                                                       order_in.ptr<uint32_t>());
+                   TNN_GPU_CHECK_LAUNCH("morton_codes_kernel");
+                   size_t bytes = temp.bytes();
+                   TNN_GPU_CHECK(cub::DeviceRadixSort::SortPairs(temp.data(), bytes, codes.ptr<uint32_t>(),
+                                                                 codes_sorted.ptr<uint32_t>(), order_in.ptr<uint32_t>(),
+                                                                 order.ptr<uint32_t>(), static_cast<int>(rows), 0, 30,
+                                                                 native));
+                   gather_rows3_kernel<<<blocks, threads, 0, native>>>(x.view().ptr<float>(), order.ptr<uint32_t>(), rows,
+                                                                       xs.ptr<float>());
+                   TNN_GPU_CHECK_LAUNCH("gather_rows3_kernel");
+               }));
+        const unsigned scatter_blocks = static_cast<unsigned>((rows * chunks + threads - 1) / threads);
+        record("unsort_output", time_calls(s, o, [&] {
+                   scatter_rows_kernel<<<scatter_blocks, threads, 0, native>>>(ys.ptr<uint4>(), order.ptr<uint32_t>(),
+                                                                               rows, chunks, y.ptr<uint4>());
+                   TNN_GPU_CHECK_LAUNCH("scatter_rows_kernel");
+               }));
+    } catch (const std::exception& ex) {
+        results.push_back({{"batch", rows}, {"error", ex.what()}});
+        std::printf("%-34s ERROR %s\n", "locality", ex.what());
+    }
+}
 
 void bench_row(const Row& row, const Options& o, const Stream& s, json& results, const grid_gpu::Variant& variant,
                const std::string& variant_name) {
@@ -219,7 +336,12 @@ void bench_row(const Row& row, const Options& o, const Stream& s, json& results,
     enc->init_params(1337, p32.data());
     const int64_t n_out = enc->n_output_dims();
     Tensor params = upload(p32, 1, static_cast<int64_t>(p32.size()), row.dtype, dev);
-    Tensor x = upload(uniform(size_t(row.batch) * row.n_dims, 0.0f, 1.0f, 1), row.batch, row.n_dims, DType::f32, dev);
+    std::vector<float> x_host = uniform(size_t(row.batch) * row.n_dims, 0.0f, 1.0f, 1);
+    if (row.morton_rows) {
+        if (row.n_dims != 3) throw Error("bench_grid: Morton-sorted rows are for 3D rows only");
+        x_host = morton_sorted(x_host, row.batch);
+    }
+    Tensor x = upload(x_host, row.batch, row.n_dims, DType::f32, dev);
     Tensor dy = upload(uniform(size_t(row.batch) * n_out, -1.0f, 1.0f, 3), row.batch, n_out, row.dtype, dev);
     Tensor y(row.batch, n_out, row.dtype, dev), grads(1, static_cast<int64_t>(enc->n_params()), row.dtype, dev);
     grid_gpu::set_variant(variant);
@@ -375,6 +497,12 @@ int main(int argc, char** argv) {
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 1; }), "det_feature_lanes");
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 2; }), "det_corner_feature_lanes");
     }
+    // The locality experiment (section 5 of bench/notes_grid.md): the main row's passes on the same
+    // rows in Morton order, and the device sort's cost. In QUICK runs too: it is what is being decided.
+    json locality = json::array();
+    bench_row({"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"forward", "backward", "fwd_bwd"}, true},
+              o, s, results, {}, "morton_sorted_rows");
+    bench_sort_cost(int64_t(1) << 20, o, s, locality);
     // Smaller rows (2^20): dimensions, features per level, grid types, interpolations, precisions.
     const int64_t b20 = int64_t(1) << 20;
     const std::vector<Row> rows = {
@@ -399,7 +527,7 @@ int main(int argc, char** argv) {
     for (int log2 : {18, 20}) bench_model(int64_t(1) << log2, o, s, model);
 
     json doc = {{"device", gpu_device_description(0)}, {"version", version()}, {"floors", floors},
-                {"results", results}, {"model", model}};
+                {"results", results}, {"model", model}, {"locality", locality}};
     std::ofstream(o.out) << doc.dump(1) << "\n";
     (void)gpu_stream_destroy(native);
     std::printf("bench_grid: wrote %s\n", o.out.c_str());

@@ -208,9 +208,35 @@ def main(out_dir):
                                        "speedup": sp, "met": met})
         md.append(f"| {m['pass']} | 2^{log2} | {m['ms']:.3f} | {fmt(tc)} | {fmt(jit)} | "
                   f"{'' if sp is None else f'{sp:.2f}x'} | {target} |")
+    # The locality experiment: the same rows in Morton order, and what sorting them on the device costs
+    # (the codes, the radix sort and the gather of x; the output's scatter back, which the backward
+    # needs once more for dL/dy, the other way round).
+    loc = {x["pass"]: x["ms"] for x in ours.get("locality", []) if "ms" in x}
+    sorted_rows = [x for x in rows if x.get("variant") == "morton_sorted_rows" and "ms" in x]
+    if sorted_rows:
+        md += ["", "## Locality experiment (main row, 2^20 rows in Morton order)", "",
+               "| pass | random rows ms | sorted rows ms | ratio | with the device sort ms | vs tcnn | target |",
+               "|---|---|---|---|---|---|---|"]
+        sort_ms, unsort_ms = loc.get("morton_sort"), loc.get("unsort_output")
+        for x in sorted_rows:
+            base = ours_ms(x["pass"], x["batch"])
+            extra = None
+            if sort_ms is not None and unsort_ms is not None and x["pass"] in ("forward", "fwd_bwd"):
+                extra = sort_ms + (unsort_ms if x["pass"] == "forward" else 2 * unsort_ms)
+            total = None if extra is None else x["ms"] + extra
+            tc = {"forward": TCNN[20][0], "fwd_bwd": TCNN[20][1]}.get(x["pass"])
+            ratio = f"{base['ms'] / x['ms']:.2f}x" if base else ""
+            vs_tcnn = f"{tc / total:.2f}x" if tc is not None and total is not None else ""
+            target = f"{SPEEDUP_TARGET}x" if tc is not None else ""
+            md.append(f"| {x['pass']} | {fmt(base and base['ms'])} | {x['ms']:.3f} | {ratio} | {fmt(total)} | "
+                      f"{vs_tcnn} | {target} |")
+        md += ["", f"Device sort of 2^20 rows (Morton codes, 30-bit radix sort of (code, row), gather of x): "
+               f"{fmt(sort_ms)} ms; scatter of a 64-byte output row per row back to the caller's order: {fmt(unsort_ms)} ms "
+               "(the backward gathers dL/dy into sorted order at the same cost; fwd_bwd counts both)."]
     md += ["", "## Kernel variants (main row, 2^20)", "", "| variant | pass | ms | of floor |", "|---|---|---|---|"]
     for x in rows:
-        if x.get("label") == MAIN and x.get("batch") == 1 << 20 and "ms" in x and x["pass"] in ("forward", "backward", "backward_det"):
+        if x.get("label") == MAIN and x.get("batch") == 1 << 20 and "ms" in x and x["pass"] in ("forward", "backward", "backward_det") \
+                and x.get("variant") != "morton_sorted_rows":
             md.append(f"| {x['variant']} | {x['pass']} | {x['ms']:.3f} | {x['fraction_of_floor']:.0%} |")
     md += ["", "## Smaller rows (2^20)", "", "| row | pass | ms | floor ms | of floor | bound by |", "|---|---|---|---|---|---|"]
     for x in rows:
