@@ -8,7 +8,8 @@
 #   bash scripts/device_variants.sh NAME...
 # where each NAME's tree is in .export_NAME (made here with
 #   mkdir .export_NAME && git archive BRANCH | tar -x -C .export_NAME && git rev-parse --short BRANCH > .export_NAME/.head
-# and carried with `carry`). .deps (stb), when carried, is copied along. Results go to $OUT/NAME.
+# and carried with `carry`). .deps (stb), when carried, is copied along. Results go to $OUT/NAME.tgz
+# (the variant's logs, reports and JSON), and $OUT/summary.txt.
 # Environment: OUT (default out/variants); everything else (GPU_TEST_FILTER, QUICK, SKIP_TORCH,
 # TORCH_FROM, NCU_*) is passed on to bench/run_mlp_bench.sh. A relative TORCH_FROM is taken from the
 # repository root. NCU_ONLY=NAME keeps the Nsight Compute step (NCU_SHAPES) for that variant only.
@@ -60,8 +61,16 @@ EOF
   (cd "$SRC" && OUT="$OUT/$name" BUILD="$BUILD" FROM_HEAD=0 NCU_SHAPES="$ncu" bash bench/run_mlp_bench.sh) || status=1
   cp "$tree/.head" "$OUT/$name/head.txt" 2>/dev/null
 done
-echo "== variants"
+echo "== variants" | tee "$OUT/summary.txt"
 for name in "$@"; do
-  [ -f "$OUT/$name/summary.txt" ] && { echo "-- $name ($(cat "$OUT/$name/head.txt" 2>/dev/null))"; cat "$OUT/$name/summary.txt"; }
+  [ -f "$OUT/$name/summary.txt" ] || continue
+  { echo "-- $name ($(cat "$OUT/$name/head.txt" 2>/dev/null))"; cat "$OUT/$name/summary.txt"; } | tee -a "$OUT/summary.txt"
+done
+# The device tool brings back a handful of files per call: each variant's directory leaves as one archive
+# (Nsight Compute's raw reports, several MB each, stay behind; their text and CSV exports go).
+for name in "$@"; do
+  [ -d "$OUT/$name" ] || continue
+  rm -f "$OUT/$name"/*.ncu-rep
+  tar czf "$OUT/$name.tgz" -C "$OUT" "$name" && rm -rf "${OUT:?}/$name"
 done
 exit $status
