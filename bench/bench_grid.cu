@@ -11,6 +11,10 @@
 // order). Writes one JSON; bench_grid_report.py adds the floors, PyTorch and tcnn.
 //
 //   bench_grid --out FILE.json [--rounds 5] [--round_ms 20] [--quick]
+//   bench_grid --profile forward|backward|backward_det [--morton]
+// --profile runs one pass of the main row at 2^20 (after a warm-up call) between cudaProfilerStart and
+// cudaProfilerStop, for Nsight Compute with --profile-from-start off (run_grid_bench.sh NCU_PROFILES);
+// --morton on the rows in Morton order.
 #include <tnn/tnn.h>
 
 #include "bench_timing.h"
@@ -18,6 +22,7 @@
 #include "gpu/gpu.h"
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cuda_profiler_api.h>
 
 #include <algorithm>
 #include <cmath>
@@ -40,6 +45,8 @@ struct Options {
     int rounds = 5;
     double round_ms = 20.0;
     bool quick = false;
+    std::string profile;  // a pass of the main row to run once for a profiler, instead of the benchmark
+    bool morton = false;  // with --profile: the rows in Morton order
 };
 
 Options parse(int argc, char** argv) {
@@ -57,8 +64,11 @@ Options parse(int argc, char** argv) {
         else if (a == "--rounds") o.rounds = std::stoi(next());
         else if (a == "--round_ms") o.round_ms = std::stod(next());
         else if (a == "--quick") o.quick = true;
+        else if (a == "--profile") o.profile = next();
+        else if (a == "--morton") o.morton = true;
         else {
-            std::cerr << "usage: bench_grid --out FILE.json [--rounds 5] [--round_ms 20] [--quick]\n";
+            std::cerr << "usage: bench_grid --out FILE.json [--rounds 5] [--round_ms 20] [--quick]\n"
+                         "       bench_grid --profile forward|backward|backward_det [--morton]\n";
             std::exit(2);
         }
     }
@@ -325,6 +335,16 @@ void bench_sort_cost(int64_t rows, const Options& o, const Stream& s, json& resu
     }
 }
 
+// The row's inputs: uniform in [0, 1] (seed 1), in Morton order where the row asks for it.
+Tensor row_inputs(const Row& row, Device dev) {
+    std::vector<float> x_host = uniform(size_t(row.batch) * row.n_dims, 0.0f, 1.0f, 1);
+    if (row.morton_rows) {
+        if (row.n_dims != 3) throw Error("bench_grid: Morton-sorted rows are for 3D rows only");
+        x_host = morton_sorted(x_host, row.batch);
+    }
+    return upload(x_host, row.batch, row.n_dims, DType::f32, dev);
+}
+
 void bench_row(const Row& row, const Options& o, const Stream& s, json& results, const grid_gpu::Variant& variant,
                const std::string& variant_name) {
     const Device dev = s.device();
@@ -336,12 +356,7 @@ void bench_row(const Row& row, const Options& o, const Stream& s, json& results,
     enc->init_params(1337, p32.data());
     const int64_t n_out = enc->n_output_dims();
     Tensor params = upload(p32, 1, static_cast<int64_t>(p32.size()), row.dtype, dev);
-    std::vector<float> x_host = uniform(size_t(row.batch) * row.n_dims, 0.0f, 1.0f, 1);
-    if (row.morton_rows) {
-        if (row.n_dims != 3) throw Error("bench_grid: Morton-sorted rows are for 3D rows only");
-        x_host = morton_sorted(x_host, row.batch);
-    }
-    Tensor x = upload(x_host, row.batch, row.n_dims, DType::f32, dev);
+    Tensor x = row_inputs(row, dev);
     Tensor dy = upload(uniform(size_t(row.batch) * n_out, -1.0f, 1.0f, 3), row.batch, n_out, row.dtype, dev);
     Tensor y(row.batch, n_out, row.dtype, dev), grads(1, static_cast<int64_t>(enc->n_params()), row.dtype, dev);
     grid_gpu::set_variant(variant);
@@ -446,6 +461,43 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
     }
 }
 
+// --profile: one call of the main row's pass at 2^20 inside the profiler's range, after a warm-up call
+// (the table in L2 as in the benchmark's back-to-back calls; run ncu with --cache-control none).
+int profile_pass(const Options& o, const Stream& s) {
+    const std::string& pass = o.profile;
+    if (pass != "forward" && pass != "backward" && pass != "backward_det") {
+        std::cerr << "bench_grid: --profile takes forward, backward or backward_det, not '" << pass << "'\n";
+        return 2;
+    }
+    const Row row{"hash3d_f2_L16_T19_fp16", 3, base_config(), DType::f16, int64_t(1) << 20, {pass}, o.morton};
+    json config = row.config;
+    config["deterministic"] = pass == "backward_det";
+    auto enc = create_encoding(row.n_dims, config, row.dtype);
+    std::vector<float> p32(enc->n_params());
+    enc->init_params(1337, p32.data());
+    const int64_t n_out = enc->n_output_dims();
+    const Device dev = s.device();
+    Tensor params = upload(p32, 1, static_cast<int64_t>(p32.size()), row.dtype, dev);
+    Tensor x = row_inputs(row, dev);
+    Tensor dy = upload(uniform(size_t(row.batch) * n_out, -1.0f, 1.0f, 3), row.batch, n_out, row.dtype, dev);
+    Tensor y(row.batch, n_out, row.dtype, dev), grads(1, static_cast<int64_t>(enc->n_params()), row.dtype, dev);
+    auto ctx = enc->forward(s, x.view(), y.view(), params.data(), false);
+    auto call = [&] {
+        if (pass == "forward")
+            enc->inference(s, x.view(), y.view(), params.data());
+        else
+            enc->backward(s, *ctx, x.view(), y.view(), dy.view(), nullptr, grads.data(), params.data(), GradMode::overwrite);
+    };
+    call();
+    s.synchronize();
+    TNN_GPU_CHECK(cudaProfilerStart());
+    call();
+    s.synchronize();
+    TNN_GPU_CHECK(cudaProfilerStop());
+    std::printf("bench_grid: profiled %s (%s rows)\n", pass.c_str(), o.morton ? "Morton-ordered" : "random");
+    return 0;
+}
+
 json with(json base, const json& changes) {
     for (auto it = changes.begin(); it != changes.end(); ++it) base[it.key()] = it.value();
     return base;
@@ -462,6 +514,11 @@ int main(int argc, char** argv) {
     gpu_stream_t native = nullptr;
     TNN_GPU_CHECK(gpu_stream_create_with_flags(&native, gpu_stream_non_blocking));
     const Stream s = Stream::gpu(native, 0);
+    if (!o.profile.empty()) {
+        const int rc = profile_pass(o, s);
+        (void)gpu_stream_destroy(native);
+        return rc;
+    }
     json results = json::array();
     std::printf("== floors\n");
     const json floors = measure_floors(s);

@@ -9,7 +9,12 @@
 # Environment: OUT (default out/grid_bench), BUILD (default build-grid; reused incrementally), JOBS
 # (default: all cores), CUDA_ARCH (default 90a), BUDGET_S (default 400: total wall time planned),
 # SKIP_TESTS=1, TORCH_FROM (with SKIP_TORCH=1: a bench_grid_torch.json of an earlier run), CPU_TEST_FILTER / GPU_TEST_FILTER (gtest filters of the test step), SKIP_TORCH=1, QUICK=1
-# (main rows only: no variants, no smaller rows).
+# (main rows only: no variants, no smaller rows), SKIP_BENCH=1 (no timings).
+# NCU_PROFILES="KERNEL:PASS[:morton] ..." profiles one launch of the named grid kernel (a regex, e.g.
+# grid_forward_kernel, grid_param_grad_corner_kernel, grid_param_grad_shared_kernel) in one call of the
+# main row's pass at 2^20 (bench_grid --profile PASS [--morton], after a warm-up call) with Nsight Compute
+# (--set full; clocks and caches left alone: the table stays in L2 as in the benchmark) into
+# $OUT/ncu_grid_*.txt (details) and *_sass.csv (per-SASS-line metrics; bench/ncu_sass_summary.py reads them).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 SRC=$PWD
@@ -91,11 +96,35 @@ target_link_libraries(bench_grid PRIVATE "$BUILD/libtnn.a" nlohmann_json::nlohma
 EOF
 if cmake -S "$BUILD/bench_grid_build" -B "$BUILD/bench_grid_build/out" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_COMPILER="$NVCC" >>"$OUT/build.log" 2>&1 && cmake --build "$BUILD/bench_grid_build/out" >>"$OUT/build.log" 2>&1; then
-  echo "== benchmark: grids ($(elapsed) s so far)"
+  bench_bin="$BUILD/bench_grid_build/out/bench_grid"
+  if [ -n "${NCU_PROFILES:-}" ]; then
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+    for spec in $NCU_PROFILES; do
+      IFS=: read -r kernel pass order <<<"$spec"
+      tag="ncu_grid_${pass}_${kernel}${order:+_$order}"
+      echo "== ncu: $kernel in $pass${order:+ ($order)} ($(elapsed) s so far)"
+      timeout 180 "$NCU" --clock-control none --cache-control none --profile-from-start off -k "regex:$kernel" -c 1 \
+        --set full --import-source yes -f -o "$OUT/$tag" "$bench_bin" --profile "$pass" ${order:+--morton} \
+        >"$OUT/$tag.log" 2>&1 || echo "ncu exit $? (see $tag.log)"
+      if [ -s "$OUT/$tag.ncu-rep" ]; then
+        "$NCU" -i "$OUT/$tag.ncu-rep" --page details >"$OUT/$tag.txt" 2>&1
+        "$NCU" -i "$OUT/$tag.ncu-rep" --page source --csv --print-source sass >"$OUT/${tag}_sass.csv" 2>&1
+        summary+=("$(printf '%-16s ok       %s' "ncu" "$tag")")
+      else
+        status=1
+        summary+=("$(printf '%-16s FAILED   %s (see %s.log)' "ncu" "$tag" "$tag")")
+      fi
+    done
+  fi
   quick=""
   [ "${QUICK:-0}" = 1 ] && quick="--quick"
-  timeout 180 "$BUILD/bench_grid_build/out/bench_grid" --out "$OUT/bench_grid.json" $quick 2>&1 | tee "$OUT/bench_grid.log"
-  if [ -s "$OUT/bench_grid.json" ]; then
+  if [ "${SKIP_BENCH:-0}" != 1 ]; then
+    echo "== benchmark: grids ($(elapsed) s so far)"
+    timeout 180 "$bench_bin" --out "$OUT/bench_grid.json" $quick 2>&1 | tee "$OUT/bench_grid.log"
+  fi
+  if [ "${SKIP_BENCH:-0}" = 1 ]; then
+    summary+=("bench            skipped  (SKIP_BENCH=1)")
+  elif [ -s "$OUT/bench_grid.json" ]; then
     summary+=("bench            ok       $(grep -c ' ms$' "$OUT/bench_grid.log") timings ($(elapsed) s so far)")
   else
     status=1
@@ -130,5 +159,5 @@ fi
 echo "== summary ($(elapsed) s)"
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
 echo "== report ($OUT/bench_grid_report.md has the variants and smaller rows too)"
-python3 bench/bench_grid_report.py "$OUT" | tee "$OUT/report.log"
+[ -s "$OUT/bench_grid.json" ] && python3 bench/bench_grid_report.py "$OUT" | tee "$OUT/report.log"
 exit $status
