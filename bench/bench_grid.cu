@@ -581,12 +581,16 @@ int main(int argc, char** argv) {
     // tcnn's encoding + MLP training step and inference (2^18 and 2^20 rows).
     json model = json::array();
     for (int log2 : {18, 20}) bench_model(int64_t(1) << log2, o, s, model);
-    // Last: CUB's sort under graph capture is the one new thing here; a failure cannot touch the rows above.
+    auto write = [&] {
+        const json doc = {{"device", gpu_device_description(0)}, {"version", version()}, {"floors", floors},
+                          {"results", results}, {"model", model}, {"locality", locality}};
+        std::ofstream(o.out) << doc.dump(1) << "\n";
+    };
+    // Last, with everything above written first: CUB's sort under graph capture is the one new thing
+    // here, and a crash or a timeout in it must not lose the rows above.
+    write();
     bench_sort_cost(int64_t(1) << 20, o, s, locality);
-
-    json doc = {{"device", gpu_device_description(0)}, {"version", version()}, {"floors", floors},
-                {"results", results}, {"model", model}, {"locality", locality}};
-    std::ofstream(o.out) << doc.dump(1) << "\n";
+    write();
     (void)gpu_stream_destroy(native);
     std::printf("bench_grid: wrote %s\n", o.out.c_str());
     return 0;

@@ -213,7 +213,7 @@ def main(out_dir):
     # needs once more for dL/dy, the other way round).
     loc = {x["pass"]: x["ms"] for x in ours.get("locality", []) if "ms" in x}
     sorted_rows = [x for x in rows if x.get("variant") == "morton_sorted_rows" and "ms" in x]
-    if sorted_rows:
+    if sorted_rows or ours.get("locality"):
         md += ["", "## Locality experiment (main row, 2^20 rows in Morton order)", "",
                "| pass | random rows ms | sorted rows ms | ratio | with the device sort ms | vs tcnn | target |",
                "|---|---|---|---|---|---|---|"]
@@ -230,6 +230,9 @@ def main(out_dir):
             target = f"{SPEEDUP_TARGET}x" if tc is not None else ""
             md.append(f"| {x['pass']} | {fmt(base and base['ms'])} | {x['ms']:.3f} | {ratio} | {fmt(total)} | "
                       f"{vs_tcnn} | {target} |")
+        loc_errors = [x["error"] for x in ours.get("locality", []) if "error" in x]
+        if loc_errors:
+            md += [""] + [f"- locality error: {e}" for e in loc_errors]
         md += ["", f"Device sort of 2^20 rows (Morton codes, 30-bit radix sort of (code, row), gather of x): "
                f"{fmt(sort_ms)} ms; scatter of a 64-byte output row per row back to the caller's order: {fmt(unsort_ms)} ms "
                "(the backward gathers dL/dy into sorted order at the same cost; fwd_bwd counts both)."]
@@ -250,7 +253,8 @@ def main(out_dir):
     for k, v in sorted(fl.items()):
         md.append(f"| {k} | {v / 1e12:.3f} T/s |" if "bytes" in k else f"| {k} | {v / 1e9:.1f} G/s |")
 
-    doc = {"device": ours["device"], "floors": fl, "rows": rows, "model": ours.get("model", []), "torch": torch_doc.get("results", []),
+    doc = {"device": ours["device"], "floors": fl, "rows": rows, "model": ours.get("model", []),
+           "locality": ours.get("locality", []), "torch": torch_doc.get("results", []),
            "tcnn": {str(k): v for k, v in TCNN.items()}, "summary": summary}
     with open(os.path.join(out_dir, "bench_grid_report.json"), "w") as f:
         json.dump(doc, f, indent=1)

@@ -10,11 +10,14 @@
 # (default: all cores), CUDA_ARCH (default 90a), BUDGET_S (default 400: total wall time planned),
 # SKIP_TESTS=1, TORCH_FROM (with SKIP_TORCH=1: a bench_grid_torch.json of an earlier run), CPU_TEST_FILTER / GPU_TEST_FILTER (gtest filters of the test step), SKIP_TORCH=1, QUICK=1
 # (main rows only: no variants, no smaller rows), SKIP_BENCH=1 (no timings).
-# NCU_PROFILES="KERNEL:PASS[:morton] ..." profiles one launch of the named grid kernel (a regex, e.g.
-# grid_forward_kernel, grid_param_grad_corner_kernel, grid_param_grad_shared_kernel) in one call of the
-# main row's pass at 2^20 (bench_grid --profile PASS [--morton], after a warm-up call) with Nsight Compute
-# (--set full; clocks and caches left alone: the table stays in L2 as in the benchmark) into
-# $OUT/ncu_grid_*.txt (details) and *_sass.csv (per-SASS-line metrics; bench/ncu_sass_summary.py reads them).
+# NCU_PROFILES=KERNEL:PASS[:morton],... (comma-separated, no spaces or quotes: scripts/device_run.sh
+# splits its steps on spaces) profiles, after the benchmark, one launch of the named grid kernel (a
+# regex matched against the name, e.g. grid_forward_kernel, grid_param_grad_corner_kernel,
+# grid_param_grad_shared_kernel) in one call of the main row's pass at 2^20 (bench_grid --profile PASS
+# [--morton], after a warm-up call) with Nsight Compute (--set full; clocks and caches left alone: the
+# table stays in L2 as in the benchmark, though ncu's save and restore between replay passes also go
+# through L2) into $OUT/ncu_grid_*.txt (details) and *_sass.csv (per-SASS-line metrics;
+# bench/ncu_sass_summary.py reads them); the raw reports are deleted (too large to bring back).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 SRC=$PWD
@@ -40,7 +43,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format
 echo "== build ($BUILD, sm_$CUDA_ARCH, $JOBS jobs)"
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTNN_CUDA=ON -DTNN_CUDA_ARCHITECTURES="$CUDA_ARCH" \
       -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=OFF >"$OUT/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j "$JOBS" --target tnn tnn_tests tnn_gpu_tests >>"$OUT/build.log" 2>&1; then
+   cmake --build "$BUILD" -j "$JOBS" --target tnn $([ "${SKIP_TESTS:-0}" = 1 ] || echo tnn_tests tnn_gpu_tests) \
+     >>"$OUT/build.log" 2>&1; then
   summary+=("build            ok       $(elapsed) s, $(grep -c "warning" "$OUT/build.log") warning lines")
 else
   tail -n 60 "$OUT/build.log"
@@ -92,32 +96,14 @@ target_include_directories(bench_grid PRIVATE "$SRC/include" "$SRC/src")
 target_compile_definitions(bench_grid PRIVATE TNN_WITH_GPU=1 TNN_WITH_CUDA=1 TNN_VERSION="bench")
 target_compile_options(bench_grid PRIVATE --expt-relaxed-constexpr)
 target_link_libraries(bench_grid PRIVATE "$BUILD/libtnn.a" nlohmann_json::nlohmann_json CUDA::cudart CUDA::cublasLt
-                      Threads::Threads)
+                      Threads::Threads \${CMAKE_DL_LIBS})
 EOF
 if cmake -S "$BUILD/bench_grid_build" -B "$BUILD/bench_grid_build/out" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_COMPILER="$NVCC" >>"$OUT/build.log" 2>&1 && cmake --build "$BUILD/bench_grid_build/out" >>"$OUT/build.log" 2>&1; then
   bench_bin="$BUILD/bench_grid_build/out/bench_grid"
-  if [ -n "${NCU_PROFILES:-}" ]; then
-    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
-    for spec in $NCU_PROFILES; do
-      IFS=: read -r kernel pass order <<<"$spec"
-      tag="ncu_grid_${pass}_${kernel}${order:+_$order}"
-      echo "== ncu: $kernel in $pass${order:+ ($order)} ($(elapsed) s so far)"
-      timeout 180 "$NCU" --clock-control none --cache-control none --profile-from-start off -k "regex:$kernel" -c 1 \
-        --set full --import-source yes -f -o "$OUT/$tag" "$bench_bin" --profile "$pass" ${order:+--morton} \
-        >"$OUT/$tag.log" 2>&1 || echo "ncu exit $? (see $tag.log)"
-      if [ -s "$OUT/$tag.ncu-rep" ]; then
-        "$NCU" -i "$OUT/$tag.ncu-rep" --page details >"$OUT/$tag.txt" 2>&1
-        "$NCU" -i "$OUT/$tag.ncu-rep" --page source --csv --print-source sass >"$OUT/${tag}_sass.csv" 2>&1
-        summary+=("$(printf '%-16s ok       %s' "ncu" "$tag")")
-      else
-        status=1
-        summary+=("$(printf '%-16s FAILED   %s (see %s.log)' "ncu" "$tag" "$tag")")
-      fi
-    done
-  fi
   quick=""
   [ "${QUICK:-0}" = 1 ] && quick="--quick"
+  rm -f "$OUT/bench_grid.json"  # a reused OUT must not report an old run
   if [ "${SKIP_BENCH:-0}" != 1 ]; then
     echo "== benchmark: grids ($(elapsed) s so far)"
     timeout 180 "$bench_bin" --out "$OUT/bench_grid.json" $quick 2>&1 | tee "$OUT/bench_grid.log"
@@ -129,6 +115,31 @@ if cmake -S "$BUILD/bench_grid_build" -B "$BUILD/bench_grid_build/out" -G Ninja 
   else
     status=1
     summary+=("bench            FAILED   see bench_grid.log")
+  fi
+  if [ -n "${NCU_PROFILES:-}" ]; then
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+    for spec in ${NCU_PROFILES//,/ }; do
+      IFS=: read -r kernel pass order <<<"$spec"
+      if [ -n "$order" ] && [ "$order" != morton ]; then
+        status=1
+        summary+=("$(printf '%-16s FAILED   %s: the third field can only be morton' "ncu" "$spec")")
+        continue
+      fi
+      tag="ncu_grid_${pass}_$(echo "$kernel" | tr -c 'A-Za-z0-9_\n' '_')${order:+_$order}"
+      echo "== ncu: $kernel in $pass${order:+ ($order)} ($(elapsed) s so far)"
+      timeout 180 "$NCU" --clock-control none --cache-control none --profile-from-start off -k "regex:$kernel" -c 1 \
+        --set full --import-source yes -f -o "$OUT/$tag" "$bench_bin" --profile "$pass" ${order:+--morton} \
+        >"$OUT/$tag.log" 2>&1 || echo "ncu exit $? (see $tag.log)"
+      if [ -s "$OUT/$tag.ncu-rep" ]; then
+        "$NCU" -i "$OUT/$tag.ncu-rep" --page details >"$OUT/$tag.txt" 2>&1
+        "$NCU" -i "$OUT/$tag.ncu-rep" --page source --csv --print-source sass >"$OUT/${tag}_sass.csv" 2>&1
+        rm -f "$OUT/$tag.ncu-rep"
+        summary+=("$(printf '%-16s ok       %s' "ncu" "$tag")")
+      else
+        status=1
+        summary+=("$(printf '%-16s FAILED   %s (see %s.log)' "ncu" "$tag" "$tag")")
+      fi
+    done
   fi
 else
   tail -n 40 "$OUT/build.log"

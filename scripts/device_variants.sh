@@ -28,6 +28,7 @@ for name in "$@"; do
   tree=$root/.export_$name
   if [ ! -d "$tree" ]; then
     echo "device_variants: $tree is missing"
+    echo "variant          FAILED   $tree is missing" >"$OUT/$name.summary.txt"
     status=1
     continue
   fi
@@ -60,17 +61,17 @@ EOF
   [ -n "${NCU_ONLY:-}" ] && [ "$NCU_ONLY" != "$name" ] && ncu=""
   (cd "$SRC" && OUT="$OUT/$name" BUILD="$BUILD" FROM_HEAD=0 NCU_SHAPES="$ncu" bash bench/run_mlp_bench.sh) || status=1
   cp "$tree/.head" "$OUT/$name/head.txt" 2>/dev/null
+  # Archived at once, so that a call cut short by its time limit still brings back the variants that
+  # finished: the device tool returns only a handful of files per call. Nsight Compute's raw reports
+  # (several MB each) stay behind; their text and CSV exports go.
+  cp "$OUT/$name/summary.txt" "$OUT/$name.summary.txt" 2>/dev/null
+  rm -f "$OUT/$name"/*.ncu-rep
+  tar czf "$OUT/$name.tgz" -C "$OUT" "$name" && rm -rf "${OUT:?}/$name"
 done
 echo "== variants" | tee "$OUT/summary.txt"
 for name in "$@"; do
-  [ -f "$OUT/$name/summary.txt" ] || continue
-  { echo "-- $name ($(cat "$OUT/$name/head.txt" 2>/dev/null))"; cat "$OUT/$name/summary.txt"; } | tee -a "$OUT/summary.txt"
-done
-# The device tool brings back a handful of files per call: each variant's directory leaves as one archive
-# (Nsight Compute's raw reports, several MB each, stay behind; their text and CSV exports go).
-for name in "$@"; do
-  [ -d "$OUT/$name" ] || continue
-  rm -f "$OUT/$name"/*.ncu-rep
-  tar czf "$OUT/$name.tgz" -C "$OUT" "$name" && rm -rf "${OUT:?}/$name"
+  [ -f "$OUT/$name.summary.txt" ] || continue
+  { echo "-- $name ($(cat "$root/.export_$name/.head" 2>/dev/null))"; cat "$OUT/$name.summary.txt"; } | tee -a "$OUT/summary.txt"
+  rm -f "$OUT/$name.summary.txt"
 done
 exit $status
