@@ -335,14 +335,26 @@ void bench_sort_cost(int64_t rows, const Options& o, const Stream& s, json& resu
     }
 }
 
-// The row's inputs: uniform in [0, 1] (seed 1), in Morton order where the row asks for it.
-Tensor row_inputs(const Row& row, Device dev) {
+// A row's tensors on the device: its encoding's parameters (seed 1337), the inputs (uniform in [0, 1],
+// seed 1; in Morton order where the row asks for it), dL/dy (seed 3), the output and the gradient.
+struct RowData {
+    Tensor params, x, dy, y, grads;
+};
+
+RowData row_data(const Row& row, const Encoding& enc, Device dev) {
+    std::vector<float> p32(enc.n_params());
+    enc.init_params(1337, p32.data());
     std::vector<float> x_host = uniform(size_t(row.batch) * row.n_dims, 0.0f, 1.0f, 1);
     if (row.morton_rows) {
         if (row.n_dims != 3) throw Error("bench_grid: Morton-sorted rows are for 3D rows only");
         x_host = morton_sorted(x_host, row.batch);
     }
-    return upload(x_host, row.batch, row.n_dims, DType::f32, dev);
+    const int64_t n_out = enc.n_output_dims();
+    return {upload(p32, 1, static_cast<int64_t>(p32.size()), row.dtype, dev),
+            upload(x_host, row.batch, row.n_dims, DType::f32, dev),
+            upload(uniform(size_t(row.batch) * n_out, -1.0f, 1.0f, 3), row.batch, n_out, row.dtype, dev),
+            Tensor(row.batch, n_out, row.dtype, dev),
+            Tensor(1, static_cast<int64_t>(enc.n_params()), row.dtype, dev)};
 }
 
 void bench_row(const Row& row, const Options& o, const Stream& s, json& results, const grid_gpu::Variant& variant,
@@ -352,13 +364,8 @@ void bench_row(const Row& row, const Options& o, const Stream& s, json& results,
     json det_config = row.config;
     det_config["deterministic"] = true;
     auto enc_det = create_encoding(row.n_dims, det_config, row.dtype);
-    std::vector<float> p32(enc->n_params());
-    enc->init_params(1337, p32.data());
-    const int64_t n_out = enc->n_output_dims();
-    Tensor params = upload(p32, 1, static_cast<int64_t>(p32.size()), row.dtype, dev);
-    Tensor x = row_inputs(row, dev);
-    Tensor dy = upload(uniform(size_t(row.batch) * n_out, -1.0f, 1.0f, 3), row.batch, n_out, row.dtype, dev);
-    Tensor y(row.batch, n_out, row.dtype, dev), grads(1, static_cast<int64_t>(enc->n_params()), row.dtype, dev);
+    RowData t = row_data(row, *enc, dev);
+    Tensor &params = t.params, &x = t.x, &dy = t.dy, &y = t.y, &grads = t.grads;
     grid_gpu::set_variant(variant);
     auto record = [&](const std::string& pass, const std::vector<double>& ms) {
         results.push_back({{"label", row.label},   {"pass", pass},       {"batch", row.batch},
@@ -473,14 +480,8 @@ int profile_pass(const Options& o, const Stream& s) {
     json config = row.config;
     config["deterministic"] = pass == "backward_det";
     auto enc = create_encoding(row.n_dims, config, row.dtype);
-    std::vector<float> p32(enc->n_params());
-    enc->init_params(1337, p32.data());
-    const int64_t n_out = enc->n_output_dims();
-    const Device dev = s.device();
-    Tensor params = upload(p32, 1, static_cast<int64_t>(p32.size()), row.dtype, dev);
-    Tensor x = row_inputs(row, dev);
-    Tensor dy = upload(uniform(size_t(row.batch) * n_out, -1.0f, 1.0f, 3), row.batch, n_out, row.dtype, dev);
-    Tensor y(row.batch, n_out, row.dtype, dev), grads(1, static_cast<int64_t>(enc->n_params()), row.dtype, dev);
+    RowData t = row_data(row, *enc, s.device());
+    Tensor &params = t.params, &x = t.x, &dy = t.dy, &y = t.y, &grads = t.grads;
     auto ctx = enc->forward(s, x.view(), y.view(), params.data(), false);
     auto call = [&] {
         if (pass == "forward")
