@@ -1274,7 +1274,7 @@ __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out
                      *reinterpret_cast<const float(*)[4]>(d + 4 * j));
         }
     } else {
-        // Width 128 (255 registers a thread): all R / 16 k-steps unrolled in one group (the rolled loop
+        // Width 128 (up to 255 registers a thread; 193 used): all R / 16 k-steps unrolled in one group (the rolled loop
         // cost ~24 instructions per two k-steps, run 48 of 2026-11-30), and the slot's
         // fragment offsets as one base plus constants (they step 32 x 4 floats per n8 tile).
         wgmma_fence();
@@ -1306,9 +1306,9 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
     // apart (the x and top dz tiles, <= 64 columns, use the first).
     constexpr int kWgRows = WG ? 16 * wgmma_backward_warps(W) : 0;
     constexpr int SW = !WG ? 0 : W == 64 ? 1 : kWgRows * 128;
-    // The target reads in a shared-memory branch of their own and the streaming loss-value stores:
-    // measured with the width-64 wgmma kernel only (the shared-row branch cost the mma.sync width-128
-    // kernel 3-4%; at width 128 the wgmma kernel takes the other kernels' forms in this experiment).
+    // The target reads in a shared-memory branch of their own and the streaming loss-value stores: the
+    // width-64 wgmma kernel only. At width 128 the other kernels' forms measured 1.7% faster (run 57 of
+    // 2026-11-30; the shared-row branch had cost the mma.sync width-128 kernel 3-4%).
     constexpr bool kWg64 = WG && W == 64;
     // The 12-warp kernels (ReLU / linear output, one tile, width <= 64) alone are compiled with what
     // plans without dy rows need: dL/doutput read in place (BackwardPlan::dy_in_smem false), the fused
