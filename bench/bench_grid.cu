@@ -11,7 +11,7 @@
 // order). Writes one JSON; bench_grid_report.py adds the floors, PyTorch and tcnn.
 //
 //   bench_grid --out FILE.json [--rounds 5] [--round_ms 20] [--quick]
-//   bench_grid --profile forward|backward|backward_det [--morton]
+//   bench_grid --profile forward|backward|backward_det|train_step [--morton]
 // --profile runs one pass of the main row at 2^20 (after a warm-up call) between cudaProfilerStart and
 // cudaProfilerStop, for Nsight Compute with --profile-from-start off (run_grid_bench.sh NCU_PROFILES);
 // --morton on the rows in Morton order.
@@ -68,7 +68,7 @@ Options parse(int argc, char** argv) {
         else if (a == "--morton") o.morton = true;
         else {
             std::cerr << "usage: bench_grid --out FILE.json [--rounds 5] [--round_ms 20] [--quick]\n"
-                         "       bench_grid --profile forward|backward|backward_det [--morton]\n";
+                         "       bench_grid --profile forward|backward|backward_det|train_step [--morton]\n";
             std::exit(2);
         }
     }
@@ -409,13 +409,17 @@ void bench_row(const Row& row, const Options& o, const Stream& s, json& results,
 // graph once its views repeat: events around `steps`
 // back-to-back steps per round (one graph launch each). "inference" is the model's inference in our
 // graphs of back-to-back calls, as the grid rows.
+json model_config() {
+    return {{"encoding", base_config()},
+            {"network", {{"otype", "FullyFusedMLP"}, {"n_neurons", 64}, {"n_hidden_layers", 2},
+                         {"activation", "ReLU"}, {"output_activation", "None"}, {"dtype", "float16"}}},
+            {"loss", {{"otype", "L2"}}},
+            {"optimizer", {{"otype", "Adam"}, {"learning_rate", 1e-2}}}};
+}
+
 void bench_model(int64_t batch, const Options& o, const Stream& s, json& results) {
     const Device dev = s.device();
-    json config = {{"encoding", base_config()},
-                   {"network", {{"otype", "FullyFusedMLP"}, {"n_neurons", 64}, {"n_hidden_layers", 2},
-                                {"activation", "ReLU"}, {"output_activation", "None"}, {"dtype", "float16"}}},
-                   {"loss", {{"otype", "L2"}}},
-                   {"optimizer", {{"otype", "Adam"}, {"learning_rate", 1e-2}}}};
+    const json config = model_config();
     const std::string label = "hashgrid_ffmlp64_3to16_fp16";
     auto record = [&](const std::string& pass, const std::vector<double>& ms, const std::string& what) {
         results.push_back({{"label", label}, {"pass", pass}, {"batch", batch}, {"config", config},
@@ -468,12 +472,32 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
     }
 }
 
+// --profile train_step: one Trainer::step of tcnn's benchmark (bench_model's fused step, 2^20 rows) inside
+// the profiler's range, after the steps that capture and replay its graph.
+int profile_train_step(const Stream& s) {
+    const int64_t batch = int64_t(1) << 20;
+    const Device dev = s.device();
+    Trainer trainer(3, 16, model_config(), dev);
+    Tensor x = upload(uniform(size_t(batch) * 3, 0.0f, 1.0f, 1), batch, 3, DType::f32, dev);
+    Tensor target = upload(uniform(size_t(batch) * 16, 0.0f, 1.0f, 2), batch, 16, DType::f32, dev);
+    for (int i = 0; i < 5; ++i) trainer.step(s, x.view(), target.view());
+    s.synchronize();
+    TNN_GPU_CHECK(cudaProfilerStart());
+    trainer.step(s, x.view(), target.view());
+    s.synchronize();
+    TNN_GPU_CHECK(cudaProfilerStop());
+    std::printf("bench_grid: profiled train_step (%lld graph steps)\n", static_cast<long long>(trainer.graph_steps()));
+    return 0;
+}
+
 // --profile: one call of the main row's pass at 2^20 inside the profiler's range, after a warm-up call
 // (the table in L2 as in the benchmark's back-to-back calls; run ncu with --cache-control none).
 int profile_pass(const Options& o, const Stream& s) {
     const std::string& pass = o.profile;
+    if (pass == "train_step") return profile_train_step(s);
     if (pass != "forward" && pass != "backward" && pass != "backward_det") {
-        std::cerr << "bench_grid: --profile takes forward, backward or backward_det, not '" << pass << "'\n";
+        std::cerr << "bench_grid: --profile takes forward, backward, backward_det or train_step, not '" << pass
+                  << "'\n";
         return 2;
     }
     const Row row{"hash3d_f2_L16_T19_fp16", 3, base_config(), DType::f16, int64_t(1) << 20, {pass}, o.morton};
@@ -554,6 +578,14 @@ int main(int argc, char** argv) {
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 0; }), "det_row_level");
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 1; }), "det_feature_lanes");
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 2; }), "det_corner_feature_lanes");
+    }
+    // dL/dy read in the caller's row-major order by every level's pass (before the level-major copy,
+    // section 6 of bench/notes_grid.md). In QUICK runs too: it is the change being measured.
+    {
+        grid_gpu::Variant rm;
+        rm.level_major_grads = 0;
+        bench_row({"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward", "backward_det", "fwd_bwd"}},
+                  o, s, results, rm, "row_major_grads");
     }
     // The locality experiment (section 5 of bench/notes_grid.md): the main row's passes on the same
     // rows in Morton order, and the device sort's cost. In QUICK runs too: it is what is being decided.

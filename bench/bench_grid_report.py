@@ -238,7 +238,7 @@ def main(out_dir):
                "(the backward gathers dL/dy into sorted order at the same cost; fwd_bwd counts both)."]
     md += ["", "## Kernel variants (main row, 2^20)", "", "| variant | pass | ms | of floor |", "|---|---|---|---|"]
     for x in rows:
-        if x.get("label") == MAIN and x.get("batch") == 1 << 20 and "ms" in x and x["pass"] in ("forward", "backward", "backward_det") \
+        if x.get("label") == MAIN and x.get("batch") == 1 << 20 and "ms" in x and x["pass"] in ("forward", "backward", "backward_det", "fwd_bwd") \
                 and x.get("variant") != "morton_sorted_rows":
             md.append(f"| {x['variant']} | {x['pass']} | {x['ms']:.3f} | {x['fraction_of_floor']:.0%} |")
     md += ["", "## Smaller rows (2^20)", "", "| row | pass | ms | floor ms | of floor | bound by |", "|---|---|---|---|---|---|"]

@@ -18,6 +18,8 @@
 # table stays in L2 as in the benchmark, though ncu's save and restore between replay passes also go
 # through L2) into $OUT/ncu_grid_*.txt (details) and *_sass.csv (per-SASS-line metrics;
 # bench/ncu_sass_summary.py reads them); the raw reports are deleted (too large to bring back).
+# KERNEL "all" profiles every launch of the call (speed-of-light section only: each kernel's duration),
+# e.g. all:train_step for what one training step of tcnn's encoding + MLP benchmark spends where.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 SRC=$PWD
@@ -127,12 +129,14 @@ if cmake -S "$BUILD/bench_grid_build" -B "$BUILD/bench_grid_build/out" -G Ninja 
       fi
       tag="ncu_grid_${pass}_$(echo "$kernel" | tr -c 'A-Za-z0-9_\n' '_')${order:+_$order}"
       echo "== ncu: $kernel in $pass${order:+ ($order)} ($(elapsed) s so far)"
-      timeout 180 "$NCU" --clock-control none --cache-control none --profile-from-start off -k "regex:$kernel" -c 1 \
-        --set full --import-source yes -f -o "$OUT/$tag" "$bench_bin" --profile "$pass" ${order:+--morton} \
+      # KERNEL "all": every launch of the call (up to 64), speed-of-light section only, for a breakdown.
+      if [ "$kernel" = all ]; then select=(-c 64 --section SpeedOfLight); else select=(-k "regex:$kernel" -c 1 --set full --import-source yes); fi
+      timeout 180 "$NCU" --clock-control none --cache-control none --profile-from-start off "${select[@]}" \
+        -f -o "$OUT/$tag" "$bench_bin" --profile "$pass" ${order:+--morton} \
         >"$OUT/$tag.log" 2>&1 || echo "ncu exit $? (see $tag.log)"
       if [ -s "$OUT/$tag.ncu-rep" ]; then
         "$NCU" -i "$OUT/$tag.ncu-rep" --page details >"$OUT/$tag.txt" 2>&1
-        "$NCU" -i "$OUT/$tag.ncu-rep" --page source --csv --print-source sass >"$OUT/${tag}_sass.csv" 2>&1
+        [ "$kernel" = all ] || "$NCU" -i "$OUT/$tag.ncu-rep" --page source --csv --print-source sass >"$OUT/${tag}_sass.csv" 2>&1
         rm -f "$OUT/$tag.ncu-rep"
         summary+=("$(printf '%-16s ok       %s' "ncu" "$tag")")
       else

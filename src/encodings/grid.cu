@@ -130,6 +130,36 @@ ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contrib
     return p;
 }
 
+// Where the parameter-gradient passes read dL/dy. With two or more contributing levels each level's
+// pass would read one 32-byte sector of every row of g for its F values (4 bytes of 32 in the main
+// row), and g (64 MB at 2^20 rows) does not stay in L2 across the passes, so they first copy g to
+// level-major order in temporary memory (`copy`, kept alive by the caller); Variant::level_major_grads
+// switches it.
+GradLayout gradient_layout(const GridDesc& desc, const Call& c, const Stream& stream, ConstView g,
+                           uint32_t n_contributing, Tensor& copy, const void*& data) {
+    const uint32_t F = desc.n_features;
+    data = g.data;
+    const int wanted = variant().level_major_grads;
+    if (wanted == 0 || (wanted < 0 && n_contributing < 2) || n_contributing == 0 || c.rows == 0)
+        return GradLayout{g.stride, F};
+    copy = Tensor::temporary(stream, c.rows, static_cast<int64_t>(n_contributing) * F, desc.dtype);
+    dispatch_storage(desc.dtype, F, [&](auto t, auto f) {
+        using T = decltype(t);
+        constexpr uint32_t kF = decltype(f)::value;
+        // Levels per launch: as many as kLevelMajorRows rows of them fit the default shared memory.
+        constexpr uint32_t kGroup = static_cast<uint32_t>(kSharedBytes / (kLevelMajorRows * kF * sizeof(T)));
+        const auto blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kLevelMajorRows));
+        for (uint32_t level0 = 0; level0 < n_contributing; level0 += kGroup) {
+            const uint32_t n = std::min(kGroup, n_contributing - level0);
+            grid_level_major_kernel<T, kF><<<blocks, kThreads, size_t(kLevelMajorRows) * n * kF * sizeof(T), c.stream>>>(
+                c.rows, level0, n, static_cast<const T*>(g.data), g.stride, static_cast<T*>(copy.data()));
+            TNN_GPU_CHECK_LAUNCH("grid_level_major_kernel");
+        }
+    });
+    data = copy.data();
+    return GradLayout{F, c.rows * F};
+}
+
 // dL/dparams of a first-order (v == nullptr) or second-order pass, weights from dL/dy = g.
 void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, const float* v, int64_t v_stride,
                     ConstView g, void* dL_dparams, GradMode mode) {
@@ -144,6 +174,9 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
 
     // First-order Nearest and stochastic rows feed one corner per level: per-corner threads would idle.
     const bool one_corner = !second && one_corner_per_level(desc);
+    Tensor g_copy;
+    const void* g_data = nullptr;
+    const GradLayout gl = gradient_layout(desc, c, stream, g, n_contributing, g_copy, g_data);
     if (!(desc.deterministic || tnn::deterministic())) {
         // fp32 atomics: straight into an fp32 gradient, else into fp32 scratch converted at the end.
         const bool direct = desc.dtype == DType::f32;
@@ -157,14 +190,14 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         const ReductionPlan plan =
             plan_reduction(desc, c.rows, n_contributing, second, sizeof(float), shared_budget(stream));
         L.param_grad_shared_float(c, desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
-                                  plan.shared_bytes, g.data, g.stride, acc);
+                                  plan.shared_bytes, g_data, gl, acc);
         const Variant var = variant();
         const FloatSink sink{acc, var.vector_atomics != 0};
         // Automatic: a thread per (row, level, corner), or per (row, level) when one corner receives all.
         if (var.fast_mapping == 0 || (var.fast_mapping < 0 && one_corner))
-            L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, sink);
+            L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         else
-            L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, sink);
+            L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         if (direct) return;
         dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
             using T = decltype(t);
@@ -186,11 +219,11 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     zero(stream, level_buffer.data(), level_buffer.bytes());
     const ReductionPlan plan =
         plan_reduction(desc, c.rows, n_contributing, second, sizeof(unsigned long long), shared_budget(stream));
-    L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g.data, g.stride, bound_bits);
+    L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_bits);
     grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
     TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
     L.param_grad_shared_fixed(c, desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
-                              plan.shared_bytes, g.data, g.stride, acc, exponents);
+                              plan.shared_bytes, g_data, gl, acc, exponents);
     // Integer reductions have no vector form: threads per feature (and corner) put an entry's words on
     // consecutive lanes, which leave as one request per 32-byte sector.
     // Automatic: a thread per feature when F > 1 (measured fastest on the H200: 2.78 ms against 2.97 ms
@@ -199,14 +232,14 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     int mapping = variant().det_mapping;
     if (mapping < 0) mapping = F > 1 ? 1 : one_corner ? 0 : 2;
     if (mapping == 2) {
-        if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, acc,
+        if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
                                         exponents))  // 2^D * F > kThreads: one thread per feature
-            L.param_grad_fixed_lanes(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, acc,
+            L.param_grad_fixed_lanes(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
                                      exponents);
     } else if (mapping == 1 && F > 1) {
-        L.param_grad_fixed_lanes(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride, acc, exponents);
+        L.param_grad_fixed_lanes(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc, exponents);
     } else {
-        L.param_grad_fixed(c, desc.dtype, F, second, plan.global, v, v_stride, g.data, g.stride,
+        L.param_grad_fixed(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl,
                            FixedSink{acc, exponents});
     }
     dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {

@@ -204,6 +204,8 @@ struct Variant {
     int det_mapping = -1;     // deterministic: 0 a thread per (row, level); 1 per (row, level, feature);
                               // 2 per (row, level, corner, feature) (-1: 1 when F > 1, else 2, or 0
                               // for first-order Nearest / stochastic rows)
+    int level_major_grads = -1;  // gradient: copy dL/dy to level-major order before the level passes
+                                 // (0: each pass reads the caller's rows; -1: 1 when >= 2 levels contribute)
 };
 void set_variant(const Variant& v);
 Variant variant();

@@ -46,6 +46,15 @@ struct LevelList {
     uint32_t count;
 };
 
+// Where the parameter-gradient kernels find dL/dy of (row, level): element row * row_stride +
+// level * level_stride (+ feature). The caller's row-major rows: (stride, F). The level-major copy
+// param_gradient makes first (grid_level_major_kernel): (F, rows * F), so that a level's pass reads
+// its rows' values contiguously instead of one 32-byte sector of every row per level.
+struct GradLayout {
+    int64_t row_stride, level_stride;
+    __host__ __device__ int64_t at(int64_t row, uint32_t level) const { return row * row_stride + level * level_stride; }
+};
+
 // Feature groups of small levels reduced in shared memory: item i is level `level`, features
 // [f0, f0 + fs); each item gets blocks_per_item blocks of rows_per_block rows. Capped so that the
 // kernel arguments stay within 4 KiB; further small levels take the global path.
@@ -517,6 +526,40 @@ __device__ __forceinline__ void load_gradient(const T* __restrict__ g, int64_t r
     TNN_UNROLL
     for (uint32_t f = 0; f < F; ++f) out[f] = to_acc(g[row * stride + size_t(level) * F + f]);
 }
+template <typename T, uint32_t F>
+__device__ __forceinline__ void load_gradient(const T* __restrict__ g, const GradLayout& layout, int64_t row,
+                                              uint32_t level, float (&out)[F]) {
+    const T* __restrict__ p = g + layout.at(row, level);
+    TNN_UNROLL
+    for (uint32_t f = 0; f < F; ++f) out[f] = to_acc(p[f]);
+}
+
+// dL/dy of levels [level0, level0 + n_levels) from the caller's rows (stride g_stride) to level-major
+// order: out[(level * rows + row) * F + f]. A block stages kLevelMajorRows rows in shared memory: it
+// reads them row by row (each row's values of those levels contiguous) and writes them level by level
+// (each level's kLevelMajorRows * F values contiguous). Shared memory: kLevelMajorRows * n_levels * F
+// values (the launcher splits the levels into groups that fit kSharedBytes).
+constexpr uint32_t kLevelMajorRows = 32;
+template <typename T, uint32_t F>
+__global__ void __launch_bounds__(kThreads)
+    grid_level_major_kernel(int64_t rows, uint32_t level0, uint32_t n_levels, const T* __restrict__ g,
+                            int64_t g_stride, T* __restrict__ out) {
+    extern __shared__ unsigned char level_major_bytes[];
+    T* staged = reinterpret_cast<T*>(level_major_bytes);
+    const int64_t row0 = int64_t(blockIdx.x) * kLevelMajorRows;
+    const uint32_t n_rows = static_cast<uint32_t>(rows - row0 < kLevelMajorRows ? rows - row0 : kLevelMajorRows);
+    const uint32_t per_row = n_levels * F;
+    const T* __restrict__ src = g + row0 * g_stride + size_t(level0) * F;
+    for (uint32_t i = threadIdx.x; i < n_rows * per_row; i += kThreads) {
+        const uint32_t r = i / per_row, e = i - r * per_row;
+        staged[i] = src[r * g_stride + e];
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n_levels * kLevelMajorRows * F; i += kThreads) {
+        const uint32_t l = i / (kLevelMajorRows * F), r = (i / F) % kLevelMajorRows, f = i % F;
+        if (r < n_rows) out[((level0 + l) * rows + row0 + r) * F + f] = staged[r * per_row + l * F + f];
+    }
+}
 
 // Global-atomic reduction, one thread per row of level list.ids[blockIdx.x / blocks_per_level].
 // SINK: FloatSink or FixedSink.
@@ -524,7 +567,7 @@ template <typename T, uint32_t D, uint32_t F, bool SECOND, typename SINK>
 __global__ void __launch_bounds__(kThreads)
     grid_param_grad_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level, int64_t rows,
                            const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
-                           int64_t v_stride, const T* __restrict__ g, int64_t g_stride, const SINK sink) {
+                           int64_t v_stride, const T* __restrict__ g, GradLayout g_layout, const SINK sink) {
     const uint32_t level = list.ids[blockIdx.x / blocks_per_level];
     const int64_t row = int64_t(blockIdx.x % blocks_per_level) * kThreads + threadIdx.x;
     if (row >= rows) return;
@@ -532,7 +575,7 @@ __global__ void __launch_bounds__(kThreads)
     const auto s = sink.template level<F>(level, L);
     if (s.skip()) return;
     float gv[F];
-    load_gradient<T, F>(g, row, g_stride, level, gv);
+    load_gradient<T, F>(g, g_layout, row, level, gv);
     row_contributions<D, F, SECOND>(a, L, level, row, rows, x + row * x_stride, SECOND ? v + row * v_stride : nullptr,
                                     gv, s);
 }
@@ -545,7 +588,7 @@ template <typename T, uint32_t D, uint32_t F, bool SECOND>
 __global__ void __launch_bounds__(kThreads)
     grid_param_grad_lanes_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level, int64_t rows,
                                  const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
-                                 int64_t v_stride, const T* __restrict__ g, int64_t g_stride,
+                                 int64_t v_stride, const T* __restrict__ g, GradLayout g_layout,
                                  unsigned long long* __restrict__ acc, const int* __restrict__ exponents) {
     constexpr uint32_t kRowsPerBlock = kThreads / F;
     const uint32_t level = list.ids[blockIdx.x / blocks_per_level];
@@ -555,7 +598,7 @@ __global__ void __launch_bounds__(kThreads)
     const int k = exponents[level];
     if (k == kNonFiniteExponent) return;  // the conversion writes NaN for the level
     const LevelInfo& L = a.levels[level];
-    const float gv[1] = {to_acc(g[row * g_stride + int64_t(level) * F + f])};
+    const float gv[1] = {to_acc(g[g_layout.at(row, level) + f])};
     const FixedLaneSink sink{acc + size_t(L.offset) * F + f, F, k};
     row_contributions<D, 1, SECOND>(a, L, level, row, rows, x + row * x_stride, SECOND ? v + row * v_stride : nullptr,
                                     gv, sink);
@@ -614,7 +657,7 @@ template <typename T, uint32_t D, uint32_t F, bool SECOND>
 __global__ void __launch_bounds__(kThreads)
     grid_param_grad_corner_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level, int64_t rows,
                                   const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
-                                  int64_t v_stride, const T* __restrict__ g, int64_t g_stride, const FloatSink sink) {
+                                  int64_t v_stride, const T* __restrict__ g, GradLayout g_layout, const FloatSink sink) {
     constexpr uint32_t kCorners = 1u << D, kRowsPerBlock = kThreads / kCorners;
     const uint32_t level = list.ids[blockIdx.x / blocks_per_level];
     const int64_t row = int64_t(blockIdx.x % blocks_per_level) * kRowsPerBlock + threadIdx.x / kCorners;
@@ -626,7 +669,7 @@ __global__ void __launch_bounds__(kThreads)
                                         SECOND ? v + row * v_stride : nullptr, threadIdx.x % kCorners, entry, w))
         return;
     float gv[F];
-    load_gradient<T, F>(g, row, g_stride, level, gv);
+    load_gradient<T, F>(g, g_layout, row, level, gv);
     sink.template level<F>(level, L).template add<F>(entry, w, gv);
 }
 
@@ -637,7 +680,7 @@ __global__ void __launch_bounds__(kThreads)
     grid_param_grad_corner_fixed_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level,
                                         int64_t rows, const float* __restrict__ x, int64_t x_stride,
                                         const float* __restrict__ v, int64_t v_stride, const T* __restrict__ g,
-                                        int64_t g_stride, unsigned long long* __restrict__ acc,
+                                        GradLayout g_layout, unsigned long long* __restrict__ acc,
                                         const int* __restrict__ exponents) {
     constexpr uint32_t kLanes = (1u << D) * F, kRowsPerBlock = kThreads / kLanes;
     static_assert(kRowsPerBlock >= 1, "a (row, level) must fit one block");
@@ -653,7 +696,7 @@ __global__ void __launch_bounds__(kThreads)
     if (!corner_contribution<D, SECOND>(a, L, level, row, rows, x + row * x_stride,
                                         SECOND ? v + row * v_stride : nullptr, corner, entry, w))
         return;
-    const long long q = to_fixed_point(w * to_acc(g[row * g_stride + int64_t(level) * F + f]), k);
+    const long long q = to_fixed_point(w * to_acc(g[g_layout.at(row, level) + f]), k);
     if (q != 0) atomicAdd(acc + (size_t(L.offset) + entry) * F + f, static_cast<unsigned long long>(q));
 }
 
@@ -664,7 +707,7 @@ template <typename T, uint32_t D, uint32_t F, typename ACC>
 __global__ void __launch_bounds__(kThreads)
     grid_param_grad_shared_kernel(const KernelArgs a, const SharedItems items, uint32_t blocks_per_item,
                                   int64_t rows_per_block, int64_t rows, const float* __restrict__ x, int64_t x_stride,
-                                  const T* __restrict__ g, int64_t g_stride, ACC* __restrict__ acc,
+                                  const T* __restrict__ g, GradLayout g_layout, ACC* __restrict__ acc,
                                   const int* __restrict__ exponents) {
     extern __shared__ unsigned char shared_bytes[];
     ACC* slots = reinterpret_cast<ACC*>(shared_bytes);
@@ -684,7 +727,7 @@ __global__ void __launch_bounds__(kThreads)
     const SharedSink<ACC> sink{slots, f0, fs, k};
     for (int64_t row = begin + threadIdx.x; row < end; row += kThreads) {
         float gv[F];
-        load_gradient<T, F>(g, row, g_stride, level, gv);
+        load_gradient<T, F>(g, g_layout, row, level, gv);
         row_contributions<D, F, false>(a, L, level, row, rows, x + row * x_stride, nullptr, gv, sink);
     }
     __syncthreads();
@@ -721,7 +764,7 @@ template <typename T, uint32_t D, uint32_t F, bool SECOND>
 __global__ void __launch_bounds__(kThreads)
     grid_param_bound_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level, int64_t rows,
                             const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
-                            int64_t v_stride, const T* __restrict__ g, int64_t g_stride,
+                            int64_t v_stride, const T* __restrict__ g, GradLayout g_layout,
                             unsigned int* __restrict__ bound_bits) {
     __shared__ unsigned int block_max;
     if (threadIdx.x == 0) block_max = 0;
@@ -730,7 +773,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row = int64_t(blockIdx.x % blocks_per_level) * kThreads + threadIdx.x;
     if (row < rows) {
         float gv[F], sum = 0.0f;
-        load_gradient<T, F>(g, row, g_stride, level, gv);
+        load_gradient<T, F>(g, g_layout, row, level, gv);
         if constexpr (SECOND) {  // weights dW_c/dx . v: no such identity, every corner is summed
             const BoundSink::Level s{&sum};
             row_contributions<D, F, true>(a, a.levels[level], level, row, rows, x + row * x_stride,
@@ -896,30 +939,30 @@ struct Launchers {
                     bool vec_store, bool chunked, uint32_t threads);
     // Global-atomic parameter gradient of the listed levels (second: weights E_c of the second-order pass).
     void (*param_grad_float)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
-                             int64_t v_stride, const void* g, int64_t g_stride, const FloatSink&);
+                             int64_t v_stride, const void* g, GradLayout g_layout, const FloatSink&);
     void (*param_grad_fixed)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
-                             int64_t v_stride, const void* g, int64_t g_stride, const FixedSink&);
+                             int64_t v_stride, const void* g, GradLayout g_layout, const FixedSink&);
     // The same with one thread per (row, level, feature) (grid_param_grad_lanes_kernel), or per (row,
     // level, corner, feature) (grid_param_grad_corner_fixed_kernel; false when 2^D * F exceeds a block).
     void (*param_grad_fixed_lanes)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
-                                   const float* v, int64_t v_stride, const void* g, int64_t g_stride,
+                                   const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                    unsigned long long* acc, const int* exponents);
     bool (*param_grad_fixed_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
-                                     const float* v, int64_t v_stride, const void* g, int64_t g_stride,
+                                     const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                      unsigned long long* acc, const int* exponents);
     // Fast path with one thread per (row, level, corner) (grid_param_grad_corner_kernel).
     void (*param_grad_float_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
-                                     const float* v, int64_t v_stride, const void* g, int64_t g_stride,
+                                     const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                      const FloatSink&);
     // Shared-memory parameter gradient of small levels (first order), into a float or fixed-point accumulator.
     void (*param_grad_shared_float)(const Call&, DType, uint32_t n_features, const SharedItems&,
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
-                                    const void* g, int64_t g_stride, float* acc);
+                                    const void* g, GradLayout g_layout, float* acc);
     void (*param_grad_shared_fixed)(const Call&, DType, uint32_t n_features, const SharedItems&,
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
-                                    const void* g, int64_t g_stride, unsigned long long* acc, const int* exponents);
+                                    const void* g, GradLayout g_layout, unsigned long long* acc, const int* exponents);
     void (*param_bound)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
-                        int64_t v_stride, const void* g, int64_t g_stride, unsigned int* bound_bits);
+                        int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits);
     void (*input_grad)(const Call&, DType, uint32_t n_features, const void* g, int64_t g_stride, const void* params,
                        float* dx, int64_t dx_stride);
     void (*second_order_rows)(const Call&, DType, uint32_t n_features, const float* v, int64_t v_stride,
@@ -943,7 +986,7 @@ template <typename FN> void dispatch_storage(DType dtype, uint32_t n_features, F
 
 template <uint32_t D, typename SINK>
 void launch_param_grad(const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
-                       const float* v, int64_t v_stride, const void* g, int64_t g_stride, const SINK& sink) {
+                       const float* v, int64_t v_stride, const void* g, GradLayout g_layout, const SINK& sink) {
     if (list.count == 0) return;
     dispatch_storage(dtype, n_features, [&](auto t, auto f) {
         using T = decltype(t);
@@ -953,7 +996,7 @@ void launch_param_grad(const Call& c, DType dtype, uint32_t n_features, bool sec
         dispatch_bool(second, [&](auto sec) {
             constexpr bool SECOND = decltype(sec)::value;
             grid_param_grad_kernel<T, D, F, SECOND, SINK><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
+                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, sink);
         });
         TNN_GPU_CHECK_LAUNCH("grid_param_grad_kernel");
     });
@@ -962,7 +1005,7 @@ void launch_param_grad(const Call& c, DType dtype, uint32_t n_features, bool sec
 template <uint32_t D, typename ACC>
 void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
                               uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes, const void* g,
-                              int64_t g_stride, ACC* acc, const int* exponents) {
+                              GradLayout g_layout, ACC* acc, const int* exponents) {
     if (items.count == 0) return;
     dispatch_storage(dtype, n_features, [&](auto t, auto f) {
         using T = decltype(t);
@@ -973,7 +1016,7 @@ void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, c
                                                  static_cast<int>(shared_bytes)));
         kernel<<<dim3(items.count * blocks_per_item), kThreads, shared_bytes, c.stream>>>(
                 *c.args, items, blocks_per_item, rows_per_block, c.rows, c.x, c.x_stride, static_cast<const T*>(g),
-                g_stride, acc, exponents);
+                g_layout, acc, exponents);
         TNN_GPU_CHECK_LAUNCH("grid_param_grad_shared_kernel");
     });
 }
@@ -999,15 +1042,15 @@ template <uint32_t D> Launchers make_launchers() {
         });
     };
     l.param_grad_float = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
-                            const float* v, int64_t v_stride, const void* g, int64_t g_stride, const FloatSink& sink) {
-        launch_param_grad<D>(c, dtype, n_features, second, list, v, v_stride, g, g_stride, sink);
+                            const float* v, int64_t v_stride, const void* g, GradLayout g_layout, const FloatSink& sink) {
+        launch_param_grad<D>(c, dtype, n_features, second, list, v, v_stride, g, g_layout, sink);
     };
     l.param_grad_fixed = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
-                            const float* v, int64_t v_stride, const void* g, int64_t g_stride, const FixedSink& sink) {
-        launch_param_grad<D>(c, dtype, n_features, second, list, v, v_stride, g, g_stride, sink);
+                            const float* v, int64_t v_stride, const void* g, GradLayout g_layout, const FixedSink& sink) {
+        launch_param_grad<D>(c, dtype, n_features, second, list, v, v_stride, g, g_layout, sink);
     };
     l.param_grad_fixed_lanes = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
-                                  const float* v, int64_t v_stride, const void* g, int64_t g_stride,
+                                  const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                   unsigned long long* acc, const int* exponents) {
         if (list.count == 0) return;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
@@ -1018,14 +1061,14 @@ template <uint32_t D> Launchers make_launchers() {
             dispatch_bool(second, [&](auto sec) {
                 constexpr bool SECOND = decltype(sec)::value;
                 grid_param_grad_lanes_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
+                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_kernel");
         });
     };
     l.param_grad_fixed_corners = [](const Call& c, DType dtype, uint32_t n_features, bool second,
                                     const LevelList& list, const float* v, int64_t v_stride, const void* g,
-                                    int64_t g_stride, unsigned long long* acc, const int* exponents) {
+                                    GradLayout g_layout, unsigned long long* acc, const int* exponents) {
         bool launched = false;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
@@ -1038,7 +1081,7 @@ template <uint32_t D> Launchers make_launchers() {
                 dispatch_bool(second, [&](auto sec) {
                     constexpr bool SECOND = decltype(sec)::value;
                     grid_param_grad_corner_fixed_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                            *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, acc, exponents);
+                            *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
                 });
                 TNN_GPU_CHECK_LAUNCH("grid_param_grad_corner_fixed_kernel");
             }
@@ -1047,7 +1090,7 @@ template <uint32_t D> Launchers make_launchers() {
     };
     l.param_grad_float_corners = [](const Call& c, DType dtype, uint32_t n_features, bool second,
                                     const LevelList& list, const float* v, int64_t v_stride, const void* g,
-                                    int64_t g_stride, const FloatSink& sink) {
+                                    GradLayout g_layout, const FloatSink& sink) {
         if (list.count == 0) return;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
@@ -1057,25 +1100,25 @@ template <uint32_t D> Launchers make_launchers() {
             dispatch_bool(second, [&](auto sec) {
                 constexpr bool SECOND = decltype(sec)::value;
                 grid_param_grad_corner_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, sink);
+                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, sink);
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_corner_kernel");
         });
     };
     l.param_grad_shared_float = [](const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
                                    uint32_t bpi, int64_t rows_per_block, size_t shared_bytes, const void* g,
-                                   int64_t g_stride, float* acc) {
-        launch_param_grad_shared<D>(c, dtype, n_features, items, bpi, rows_per_block, shared_bytes, g, g_stride, acc,
+                                   GradLayout g_layout, float* acc) {
+        launch_param_grad_shared<D>(c, dtype, n_features, items, bpi, rows_per_block, shared_bytes, g, g_layout, acc,
                                     nullptr);
     };
     l.param_grad_shared_fixed = [](const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
                                    uint32_t bpi, int64_t rows_per_block, size_t shared_bytes, const void* g,
-                                   int64_t g_stride, unsigned long long* acc, const int* exponents) {
-        launch_param_grad_shared<D>(c, dtype, n_features, items, bpi, rows_per_block, shared_bytes, g, g_stride, acc,
+                                   GradLayout g_layout, unsigned long long* acc, const int* exponents) {
+        launch_param_grad_shared<D>(c, dtype, n_features, items, bpi, rows_per_block, shared_bytes, g, g_layout, acc,
                                     exponents);
     };
     l.param_bound = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
-                       const float* v, int64_t v_stride, const void* g, int64_t g_stride, unsigned int* bound_bits) {
+                       const float* v, int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits) {
         if (list.count == 0) return;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
@@ -1085,7 +1128,7 @@ template <uint32_t D> Launchers make_launchers() {
             dispatch_bool(second, [&](auto sec) {
                 constexpr bool SECOND = decltype(sec)::value;
                 grid_param_bound_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_stride, bound_bits);
+                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, bound_bits);
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_bound_kernel");
         });

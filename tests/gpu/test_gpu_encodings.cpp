@@ -507,7 +507,8 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
             const std::vector<grid_gpu::Variant> variants = {
                 variant_with([](auto& v) { v.shared_kib = 0; }), variant_with([](auto& v) { v.shared_kib = 48; }),
                 variant_with([](auto& v) { v.det_mapping = 0; }), variant_with([](auto& v) { v.det_mapping = 1; }),
-                variant_with([](auto& v) { v.det_mapping = 2; })};
+                variant_with([](auto& v) { v.det_mapping = 2; }),
+                variant_with([](auto& v) { v.level_major_grads = 0; })};
             for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult e = run_encoding(*enc, stream, data, c.batch);
@@ -557,7 +558,9 @@ TEST(GridGpu, KernelVariantsAgree) {
                 variant_with([](auto& v) {
                     v.fast_mapping = 0;
                     v.vector_atomics = 0;
-                })};
+                }),
+                variant_with([](auto& v) { v.level_major_grads = 0; }),
+                variant_with([](auto& v) { v.level_major_grads = 1; })};
             for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
@@ -566,6 +569,32 @@ TEST(GridGpu, KernelVariantsAgree) {
                 compare(got.dL_dparams, ref.dL_dparams, naive.dL_dparams, m.dL_dparams, "dL/dparams of a variant");
             }
         }
+}
+
+// The level-major copy of dL/dy goes through shared memory in groups of levels (48 levels of F = 8 fp32
+// values per launch): 56 levels take two launches, and a batch of 300 rows ends in a partial block of
+// 32 rows. Integer sums give the same bits whatever the layout g is read in.
+TEST(GridGpu, LevelMajorGradientCopyInGroups) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    const EncodingCase c = grid_case("hash3d_f8_L56_deterministic", 3,
+                                     grid_config("HashGrid", {{"n_levels", 56}, {"n_features_per_level", 8},
+                                                              {"log2_hashmap_size", 10}, {"base_resolution", 2},
+                                                              {"per_level_scale", 1.05}, {"deterministic", true}}),
+                                     300);
+    for (DType dtype : {DType::f32, DType::f16}) {
+        SCOPED_TRACE(dtype_name(dtype));
+        const auto enc = create_encoding(c.n_dims, c.config, dtype);
+        const EncodingData data = make_data(c, *enc, dtype, 31);
+        TestStream stream(Device::gpu(0));
+        grid_gpu::set_variant(variant_with([](auto& v) { v.level_major_grads = 0; }));
+        const EncodingResult rows = run_encoding(*enc, stream, data, c.batch);
+        grid_gpu::set_variant(variant_with([](auto& v) { v.level_major_grads = 1; }));
+        const EncodingResult levels = run_encoding(*enc, stream, data, c.batch);
+        grid_gpu::set_variant({});
+        expect_same_bits(to_float(rows.dL_dparams), to_float(levels.dL_dparams), "dL/dparams, g level-major");
+        expect_same_bits(to_float(rows.dL_dparams2), to_float(levels.dL_dparams2), "dL'/dparams, g level-major");
+    }
 }
 
 // Parameters that are not 16-byte aligned (a grid after a PortableMLP with an odd parameter count)
