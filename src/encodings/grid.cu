@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <vector>
 
 namespace tnn::grid_gpu {
 
@@ -130,32 +131,100 @@ ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contrib
     return p;
 }
 
+// A second stream of the calling thread on `device`, created on first use and kept for the thread's
+// lifetime (one per thread, so that captures on different threads never share it).
+gpu_stream_t side_stream(int device) {
+    struct Streams {
+        std::vector<gpu_stream_t> native;
+        ~Streams() {
+            for (gpu_stream_t s : native)
+                if (s) (void)gpu_stream_destroy(s);
+        }
+    };
+    thread_local Streams streams;
+    if (streams.native.size() <= static_cast<size_t>(device)) streams.native.resize(device + 1, nullptr);
+    gpu_stream_t& s = streams.native[device];
+    if (!s) TNN_GPU_CHECK(gpu_stream_create_with_flags(&s, gpu_stream_non_blocking));
+    return s;
+}
+
+// Work queued through call() runs beside the caller's stream until join() (or the destructor, so that
+// an exception never leaves a capture forked): the shared-memory levels' reduction, latency-bound on
+// few blocks (0.11 ms for the main row at 2^20, run 60), beside the global levels', bound by L2. Both
+// wait for what the caller's stream queued before (the zeroed accumulator, the exponents); the caller's
+// stream waits for both at join(). Graph capture follows the fork and the join.
+class Beside {
+  public:
+    Beside(const Stream& stream, const Call& c, bool on) : m_stream(stream), m_call(c) {
+        if (!on) return;
+        m_side = Stream::gpu(side_stream(stream.device().index), stream.device().index);
+        gpu::stream_wait(m_side, m_stream);
+        m_call.stream = gpu::native_stream(m_side);
+        m_forked = true;
+    }
+    Beside(const Beside&) = delete;
+    Beside& operator=(const Beside&) = delete;
+    ~Beside() {
+        try {
+            join();
+        } catch (...) {  // already failing: the first error is the one reported
+        }
+    }
+    const Call& call() const { return m_call; }
+    void join() {
+        if (!m_forked) return;
+        m_forked = false;
+        gpu::stream_wait(m_stream, m_side);
+    }
+
+  private:
+    Stream m_stream, m_side;
+    Call m_call;
+    bool m_forked = false;
+};
+
+bool overlap_shared(const ReductionPlan& plan) {
+    return plan.shared.count > 0 && plan.global.count > 0 && variant().overlap_shared != 0;
+}
+
 // Where the parameter-gradient passes read dL/dy. With two or more contributing levels each level's
 // pass would read one 32-byte sector of every row of g for its F values (4 bytes of 32 in the main
 // row), and g (64 MB at 2^20 rows) does not stay in L2 across the passes, so they first copy g to
 // level-major order in temporary memory (`copy`, kept alive by the caller); Variant::level_major_grads
 // switches it.
 GradLayout gradient_layout(const GridDesc& desc, const Call& c, const Stream& stream, ConstView g,
-                           uint32_t n_contributing, Tensor& copy, const void*& data) {
+                           uint32_t n_contributing, bool deterministic, Tensor& copy, const void*& data) {
     const uint32_t F = desc.n_features;
     data = g.data;
     const int wanted = variant().level_major_grads;
-    if (wanted == 0 || (wanted < 0 && n_contributing < 2) || n_contributing == 0 || c.rows == 0)
+    if (wanted == 0 || (wanted < 0 && (n_contributing < 2 || !deterministic)) || n_contributing == 0 || c.rows == 0)
         return GradLayout{g.stride, F};
     copy = Tensor::temporary(stream, c.rows, static_cast<int64_t>(n_contributing) * F, desc.dtype);
-    dispatch_storage(desc.dtype, F, [&](auto t, auto f) {
-        using T = decltype(t);
-        constexpr uint32_t kF = decltype(f)::value;
-        // Levels per launch: as many as kLevelMajorRows rows of them fit the default shared memory.
-        constexpr uint32_t kGroup = static_cast<uint32_t>(kSharedBytes / (kLevelMajorRows * kF * sizeof(T)));
-        const auto blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kLevelMajorRows));
-        for (uint32_t level0 = 0; level0 < n_contributing; level0 += kGroup) {
-            const uint32_t n = std::min(kGroup, n_contributing - level0);
-            grid_level_major_kernel<T, kF><<<blocks, kThreads, size_t(kLevelMajorRows) * n * kF * sizeof(T), c.stream>>>(
-                c.rows, level0, n, static_cast<const T*>(g.data), g.stride, static_cast<T*>(copy.data()));
+    // Words: the widest of 16, 8, 4 and 2 bytes that divides an entry, the rows' start and their stride.
+    const size_t entry = F * dtype_size(desc.dtype), stride_bytes = static_cast<size_t>(g.stride) * dtype_size(desc.dtype);
+    size_t word = 16;
+    while (word > dtype_size(desc.dtype) && (entry % word != 0 || stride_bytes % word != 0 || !aligned(g.data, word)))
+        word /= 2;
+    const auto k = static_cast<uint32_t>(entry / word);
+    // Levels per launch: as many as kLevelMajorRows staged rows of them fit the default shared memory.
+    const auto group = static_cast<uint32_t>((kSharedBytes / (kLevelMajorRows * word) - 1) / k);
+    const auto blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kLevelMajorRows));
+    auto launch = [&](auto w) {
+        using W = decltype(w);
+        for (uint32_t level0 = 0; level0 < n_contributing; level0 += group) {
+            const uint32_t n = std::min(group, n_contributing - level0);
+            grid_level_major_kernel<W><<<blocks, kThreads, size_t(kLevelMajorRows) * (n * k + 1) * sizeof(W), c.stream>>>(
+                c.rows, level0, n, k, static_cast<const W*>(g.data), static_cast<int64_t>(stride_bytes / word),
+                static_cast<W*>(copy.data()));
             TNN_GPU_CHECK_LAUNCH("grid_level_major_kernel");
         }
-    });
+    };
+    switch (word) {
+        case 16: launch(uint4{}); break;
+        case 8: launch(uint2{}); break;
+        case 4: launch(uint32_t{}); break;
+        default: launch(uint16_t{}); break;
+    }
     data = copy.data();
     return GradLayout{F, c.rows * F};
 }
@@ -174,10 +243,11 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
 
     // First-order Nearest and stochastic rows feed one corner per level: per-corner threads would idle.
     const bool one_corner = !second && one_corner_per_level(desc);
+    const bool deterministic = desc.deterministic || tnn::deterministic();
     Tensor g_copy;
     const void* g_data = nullptr;
-    const GradLayout gl = gradient_layout(desc, c, stream, g, n_contributing, g_copy, g_data);
-    if (!(desc.deterministic || tnn::deterministic())) {
+    const GradLayout gl = gradient_layout(desc, c, stream, g, n_contributing, deterministic, g_copy, g_data);
+    if (!deterministic) {
         // fp32 atomics: straight into an fp32 gradient, else into fp32 scratch converted at the end.
         const bool direct = desc.dtype == DType::f32;
         Tensor scratch;
@@ -189,8 +259,9 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         if (!direct || !accumulate) zero(stream, acc, n * sizeof(float));
         const ReductionPlan plan =
             plan_reduction(desc, c.rows, n_contributing, second, sizeof(float), shared_budget(stream));
-        L.param_grad_shared_float(c, desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
-                                  plan.shared_bytes, g_data, gl, acc);
+        Beside beside(stream, c, overlap_shared(plan));
+        L.param_grad_shared_float(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item,
+                                  plan.rows_per_block, plan.shared_bytes, g_data, gl, acc);
         const Variant var = variant();
         const FloatSink sink{acc, var.vector_atomics != 0};
         // Automatic: a thread per (row, level, corner), or per (row, level) when one corner receives all.
@@ -198,6 +269,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         else
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
+        beside.join();
         if (direct) return;
         dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
             using T = decltype(t);
@@ -222,7 +294,8 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_bits);
     grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
     TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
-    L.param_grad_shared_fixed(c, desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
+    Beside beside(stream, c, overlap_shared(plan));
+    L.param_grad_shared_fixed(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
                               plan.shared_bytes, g_data, gl, acc, exponents);
     // Integer reductions have no vector form: threads per feature (and corner) put an entry's words on
     // consecutive lanes, which leave as one request per 32-byte sector.
@@ -242,6 +315,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         L.param_grad_fixed(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl,
                            FixedSink{acc, exponents});
     }
+    beside.join();
     dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
         using T = decltype(t);
         size_t largest = 0;

@@ -205,7 +205,10 @@ struct Variant {
                               // 2 per (row, level, corner, feature) (-1: 1 when F > 1, else 2, or 0
                               // for first-order Nearest / stochastic rows)
     int level_major_grads = -1;  // gradient: copy dL/dy to level-major order before the level passes
-                                 // (0: each pass reads the caller's rows; -1: 1 when >= 2 levels contribute)
+                                 // (0: each pass reads the caller's rows; -1: 1 for the deterministic
+                                 // gradient when >= 2 levels contribute, else 0)
+    int overlap_shared = -1;     // gradient: the shared-memory levels on a second stream, beside the
+                                 // global levels (0: one after the other on the caller's stream; -1: 1)
 };
 void set_variant(const Variant& v);
 Variant variant();

@@ -534,30 +534,34 @@ __device__ __forceinline__ void load_gradient(const T* __restrict__ g, const Gra
     for (uint32_t f = 0; f < F; ++f) out[f] = to_acc(p[f]);
 }
 
-// dL/dy of levels [level0, level0 + n_levels) from the caller's rows (stride g_stride) to level-major
-// order: out[(level * rows + row) * F + f]. A block stages kLevelMajorRows rows in shared memory: it
-// reads them row by row (each row's values of those levels contiguous) and writes them level by level
-// (each level's kLevelMajorRows * F values contiguous). Shared memory: kLevelMajorRows * n_levels * F
-// values (the launcher splits the levels into groups that fit kSharedBytes).
-constexpr uint32_t kLevelMajorRows = 32;
-template <typename T, uint32_t F>
+// dL/dy of levels [level0, level0 + n_levels) from the caller's rows to level-major order, as words W
+// (2, 4, 8 or 16 bytes; k words per (row, level), all of a level's F values): word j of (row, level)
+// goes to out[(level * rows + row) * k + j]; the caller's row r starts at g + r * g_stride (in words).
+// A block stages kLevelMajorRows rows in shared memory: it reads them row by row (each row's words of
+// those levels contiguous) and writes them level by level (each level's kLevelMajorRows * k words
+// contiguous). The staged rows are one word longer than their data, so that the writes' reads of
+// one level in consecutive rows fall in different banks. Shared memory: kLevelMajorRows *
+// (n_levels * k + 1) words (the launcher splits the levels into groups that fit kSharedBytes).
+constexpr uint32_t kLevelMajorRows = 64;
+template <typename W>
 __global__ void __launch_bounds__(kThreads)
-    grid_level_major_kernel(int64_t rows, uint32_t level0, uint32_t n_levels, const T* __restrict__ g,
-                            int64_t g_stride, T* __restrict__ out) {
+    grid_level_major_kernel(int64_t rows, uint32_t level0, uint32_t n_levels, uint32_t k, const W* __restrict__ g,
+                            int64_t g_stride, W* __restrict__ out) {
     extern __shared__ unsigned char level_major_bytes[];
-    T* staged = reinterpret_cast<T*>(level_major_bytes);
+    W* staged = reinterpret_cast<W*>(level_major_bytes);
     const int64_t row0 = int64_t(blockIdx.x) * kLevelMajorRows;
     const uint32_t n_rows = static_cast<uint32_t>(rows - row0 < kLevelMajorRows ? rows - row0 : kLevelMajorRows);
-    const uint32_t per_row = n_levels * F;
-    const T* __restrict__ src = g + row0 * g_stride + size_t(level0) * F;
+    const uint32_t per_row = n_levels * k, pitch = per_row + 1;
+    const W* __restrict__ src = g + row0 * g_stride + size_t(level0) * k;
     for (uint32_t i = threadIdx.x; i < n_rows * per_row; i += kThreads) {
         const uint32_t r = i / per_row, e = i - r * per_row;
-        staged[i] = src[r * g_stride + e];
+        staged[r * pitch + e] = src[r * g_stride + e];
     }
     __syncthreads();
-    for (uint32_t i = threadIdx.x; i < n_levels * kLevelMajorRows * F; i += kThreads) {
-        const uint32_t l = i / (kLevelMajorRows * F), r = (i / F) % kLevelMajorRows, f = i % F;
-        if (r < n_rows) out[((level0 + l) * rows + row0 + r) * F + f] = staged[r * per_row + l * F + f];
+    const uint32_t per_level = n_rows * k;
+    for (uint32_t i = threadIdx.x; i < n_levels * per_level; i += kThreads) {
+        const uint32_t l = i / per_level, e = i - l * per_level;
+        out[(int64_t(level0 + l) * rows + row0) * k + e] = staged[(e / k) * pitch + l * k + e % k];
     }
 }
 
@@ -758,14 +762,59 @@ __device__ __forceinline__ float first_order_row_bound(const KernelArgs& a, cons
     return m * weights * (1.0f + 1.0f / 1024.0f);
 }
 
-// Per level, the largest per-row sum of |contribution| as fp32 bits (atomicMax on the bits orders
-// non-negative floats; NaN bits exceed +inf's). Same block layout as grid_param_grad_kernel.
-template <typename T, uint32_t D, uint32_t F, bool SECOND>
+// The largest of v over the lanes of a warp (all lanes must take part).
+__device__ __forceinline__ uint32_t warp_max(uint32_t v) {
+#if defined(TNN_WITH_HIP)
+    for (int lanes = warpSize / 2; lanes > 0; lanes /= 2) v = max(v, static_cast<uint32_t>(__shfl_xor(v, lanes)));
+#else
+    for (int lanes = 16; lanes > 0; lanes /= 2) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, lanes));
+#endif  // TNN_WITH_HIP
+    return v;
+}
+
+// The first-order bound of every listed level in one pass over the rows: a thread per row reads its x
+// once and its dL/dy level after level (contiguous across the warp in the level-major layout); block
+// maxima per level in shared memory (a warp maximum first, then one shared atomic per warp and
+// level), then one global atomicMax per block and level. Same values as grid_param_bound_kernel.
+template <typename T, uint32_t D, uint32_t F>
 __global__ void __launch_bounds__(kThreads)
-    grid_param_bound_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level, int64_t rows,
-                            const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
-                            int64_t v_stride, const T* __restrict__ g, GradLayout g_layout,
-                            unsigned int* __restrict__ bound_bits) {
+    grid_param_bound_rows_kernel(const KernelArgs a, const LevelList list, int64_t rows, const float* __restrict__ x,
+                                 int64_t x_stride, const T* __restrict__ g, GradLayout g_layout,
+                                 unsigned int* __restrict__ bound_bits) {
+    __shared__ unsigned int block_max[grid::kMaxLevels];
+    for (uint32_t i = threadIdx.x; i < list.count; i += kThreads) block_max[i] = 0;
+    __syncthreads();
+    const int64_t row = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+    const bool active = row < rows;
+    float xr[D];
+    TNN_UNROLL
+    for (uint32_t d = 0; d < D; ++d) xr[d] = active ? x[row * x_stride + d] : 0.0f;
+    for (uint32_t i = 0; i < list.count; ++i) {
+        const uint32_t level = list.ids[i];
+        uint32_t bits = 0;
+        if (active) {
+            float gv[F];
+            load_gradient<T, F>(g, g_layout, row, level, gv);
+            bits = __float_as_uint(fabsf(first_order_row_bound<D, F>(a, a.levels[level], xr, gv)));
+        }
+        bits = warp_max(bits);
+        if (threadIdx.x % warpSize == 0 && bits != 0) atomicMax(&block_max[i], bits);
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < list.count; i += kThreads)
+        if (block_max[i] != 0) atomicMax(bound_bits + list.ids[i], block_max[i]);
+}
+
+// The second-order pass's bound, level-major blocks like grid_param_grad_kernel: the weights
+// dW_c/dx . v have no identity like the first order's, so every corner of the row is summed. Per
+// level, the largest per-row sum of |contribution| as fp32 bits (atomicMax on the bits orders
+// non-negative floats; NaN bits exceed +inf's).
+template <typename T, uint32_t D, uint32_t F>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_bound_second_kernel(const KernelArgs a, const LevelList list, uint32_t blocks_per_level, int64_t rows,
+                                   const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
+                                   int64_t v_stride, const T* __restrict__ g, GradLayout g_layout,
+                                   unsigned int* __restrict__ bound_bits) {
     __shared__ unsigned int block_max;
     if (threadIdx.x == 0) block_max = 0;
     __syncthreads();
@@ -774,13 +823,9 @@ __global__ void __launch_bounds__(kThreads)
     if (row < rows) {
         float gv[F], sum = 0.0f;
         load_gradient<T, F>(g, g_layout, row, level, gv);
-        if constexpr (SECOND) {  // weights dW_c/dx . v: no such identity, every corner is summed
-            const BoundSink::Level s{&sum};
-            row_contributions<D, F, true>(a, a.levels[level], level, row, rows, x + row * x_stride,
-                                          v + row * v_stride, gv, s);
-        } else {
-            sum = first_order_row_bound<D, F>(a, a.levels[level], x + row * x_stride, gv);
-        }
+        const BoundSink::Level s{&sum};
+        row_contributions<D, F, true>(a, a.levels[level], level, row, rows, x + row * x_stride, v + row * v_stride,
+                                      gv, s);
         atomicMax(&block_max, __float_as_uint(fabsf(sum)));
     }
     __syncthreads();
@@ -1125,12 +1170,15 @@ template <uint32_t D> Launchers make_launchers() {
             constexpr uint32_t F = decltype(f)::value;
             const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads));
             const T* gt = static_cast<const T*>(g);
-            dispatch_bool(second, [&](auto sec) {
-                constexpr bool SECOND = decltype(sec)::value;
-                grid_param_bound_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, bound_bits);
-            });
-            TNN_GPU_CHECK_LAUNCH("grid_param_bound_kernel");
+            if (!second) {
+                grid_param_bound_rows_kernel<T, D, F><<<dim3(bpl), kThreads, 0, c.stream>>>(
+                        *c.args, list, c.rows, c.x, c.x_stride, gt, g_layout, bound_bits);
+                TNN_GPU_CHECK_LAUNCH("grid_param_bound_rows_kernel");
+                return;
+            }
+            grid_param_bound_second_kernel<T, D, F><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, bound_bits);
+            TNN_GPU_CHECK_LAUNCH("grid_param_bound_second_kernel");
         });
     };
     l.input_grad = [](const Call& c, DType dtype, uint32_t n_features, const void* g, int64_t g_stride,

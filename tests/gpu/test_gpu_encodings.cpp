@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <tuple>
 
 using namespace tnn;
@@ -571,9 +572,10 @@ TEST(GridGpu, KernelVariantsAgree) {
         }
 }
 
-// The level-major copy of dL/dy goes through shared memory in groups of levels (48 levels of F = 8 fp32
-// values per launch): 56 levels take two launches, and a batch of 300 rows ends in a partial block of
-// 32 rows. Integer sums give the same bits whatever the layout g is read in.
+// The level-major copy of dL/dy goes through shared memory in groups of levels (23 levels of F = 8 fp32
+// values per launch, 47 of fp16): 56 levels take three launches in fp32 and two in fp16, and a batch of
+// 300 rows ends in a partial block of 44 rows. Integer sums give the same bits whatever the layout g
+// is read in.
 TEST(GridGpu, LevelMajorGradientCopyInGroups) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
@@ -595,6 +597,69 @@ TEST(GridGpu, LevelMajorGradientCopyInGroups) {
         expect_same_bits(to_float(rows.dL_dparams), to_float(levels.dL_dparams), "dL/dparams, g level-major");
         expect_same_bits(to_float(rows.dL_dparams2), to_float(levels.dL_dparams2), "dL'/dparams, g level-major");
     }
+}
+
+// The parameter gradient forks its shared-memory levels onto a second stream of the calling thread
+// (created on first use) and joins it back: a capture on a thread that never ran a grid backward before
+// must record both branches. Replays give the eager bits (deterministic), and the fast path's gradient
+// within the fp32 atomics' reordering, with and without the overlap.
+TEST(GridGpu, BackwardCapturedOnANewThreadReplays) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    for (const char* name : {"hash3d_f2_deterministic", "hash3d_f2_linear"})
+        for (int overlap : {-1, 0}) {
+            SCOPED_TRACE(msg(name, " overlap_shared ", overlap));
+            grid_gpu::set_variant(variant_with([&](auto& v) { v.overlap_shared = overlap; }));
+            const EncodingCase& c = case_named(name);
+            const auto enc = create_encoding(c.n_dims, c.config, DType::f32);
+            const EncodingData data = make_data(c, *enc, DType::f32, 17);
+            const bool det = c.config.value("deterministic", false);
+            std::thread worker([&] {
+                const Device gpu = Device::gpu(0);
+                TestStream stream(gpu);
+                const int64_t n_params = static_cast<int64_t>(enc->n_params());
+                const Tensor x = upload(data.x, c.batch, c.n_dims, DType::f32, gpu);
+                const Tensor p = upload(data.params, 1, n_params, DType::f32, gpu);
+                const Tensor g = upload(data.dL_dy, c.batch, enc->n_output_dims(), DType::f32, gpu);
+                Tensor y(c.batch, enc->n_output_dims(), DType::f32, gpu), dp(1, n_params, DType::f32, gpu);
+                auto step = [&] {
+                    auto ctx = enc->forward(stream, x.view(), y.view(), p.data(), false);
+                    enc->backward(stream, *ctx, x.view(), y.view(), g.view(), nullptr, dp.data(), p.data(),
+                                  GradMode::overwrite);
+                };
+                const gpu_stream_t native = gpu::native_stream(stream);
+                gpu_graph_t graph = nullptr;
+                ASSERT_EQ(gpu_stream_begin_capture(native, gpu_stream_capture_mode_global), gpu_success);
+                try {
+                    step();
+                } catch (const std::exception& e) {
+                    (void)gpu_stream_end_capture(native, &graph);
+                    FAIL() << "the grid's backward must be capturable: " << e.what();
+                }
+                ASSERT_EQ(gpu_stream_end_capture(native, &graph), gpu_success);
+                gpu_graph_exec_t exec = nullptr;
+                ASSERT_EQ(gpu_graph_instantiate(&exec, graph), gpu_success);
+                step();  // eager, after the capture
+                stream.stream().synchronize();
+                const std::vector<double> want = download(dp);
+                for (int replay = 0; replay < 2; ++replay) {
+                    fill(stream, dp.view(), 3.0);
+                    ASSERT_EQ(gpu_graph_launch(exec, native), gpu_success);
+                    stream.stream().synchronize();
+                    const std::vector<double> got = download(dp);
+                    if (det) {
+                        expect_same_bits(to_float(got), to_float(want), "graph replay dL/dparams");
+                    } else {
+                        // c.batch * 8 terms of fp32 rounding, summed in another order.
+                        const double tol = c.batch * 8 * dtype_epsilon(DType::f32) * (1 + max_abs(want));
+                        expect_close(got, want, tol, 0.0, "graph replay dL/dparams");
+                    }
+                }
+                (void)gpu_graph_exec_destroy(exec);
+                (void)gpu_graph_destroy(graph);
+            });
+            worker.join();
+        }
 }
 
 // Parameters that are not 16-byte aligned (a grid after a PortableMLP with an odd parameter count)
