@@ -579,21 +579,24 @@ int main(int argc, char** argv) {
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 1; }), "det_feature_lanes");
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 2; }), "det_corner_feature_lanes");
     }
-    // The gradient's switches of the tenth and eleventh sessions (section 6 of bench/notes_grid.md), in
-    // QUICK runs too: dL/dy copied to level-major order (the default of the deterministic path only),
-    // and the shared-memory levels beside the global ones on a second stream (the default).
+    // The gradient's switches of the eleventh session (section 6 of bench/notes_grid.md), in QUICK runs
+    // too: dL/dy copied to level-major order (off by default), the shared-memory levels beside the
+    // global ones on a second stream (on), and the fast gradient's thread per (row, level, corner)
+    // (the default before the thread per (row, corner) over groups of levels).
     {
         const Row fast{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward"}};
-        const Row det{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward_det"}};
         const Row both{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward", "backward_det"}};
         grid_gpu::Variant v;
         v.level_major_grads = 1;
-        bench_row(fast, o, s, results, v, "level_major_grads");
-        v.level_major_grads = 0;
-        bench_row(det, o, s, results, v, "row_major_grads");
+        bench_row(both, o, s, results, v, "level_major_grads");
         v = {};
         v.overlap_shared = 0;
         bench_row(both, o, s, results, v, "no_overlap");
+        if (o.quick) {  // in the variants below otherwise
+            v = {};
+            v.fast_mapping = 1;
+            bench_row(fast, o, s, results, v, "fast_corner_lanes");
+        }
     }
     // The locality experiment (section 5 of bench/notes_grid.md): the main row's passes on the same
     // rows in Morton order, and the device sort's cost. In QUICK runs too: it is what is being decided.

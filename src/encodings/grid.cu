@@ -183,22 +183,39 @@ class Beside {
     bool m_forked = false;
 };
 
+// Consecutive levels of `list` in groups whose accumulators (entry_bytes per entry) add up to at most
+// kLevelGroupBytes, a level larger than that on its own: a group's reductions stay in L2 together
+// (the H200's 50 MB) next to x and dL/dy. The main row: 4 levels of 4 MiB per group.
+constexpr size_t kLevelGroupBytes = size_t(16) << 20;
+std::vector<LevelList> level_groups(const GridDesc& desc, const LevelList& list, size_t entry_bytes) {
+    std::vector<LevelList> groups;
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < list.count; ++i) {
+        const size_t level_bytes = size_t(desc.levels[list.ids[i]].size) * entry_bytes;
+        if (groups.empty() || bytes + level_bytes > kLevelGroupBytes) {
+            groups.push_back(LevelList{});
+            bytes = 0;
+        }
+        groups.back().ids[groups.back().count++] = list.ids[i];
+        bytes += level_bytes;
+    }
+    return groups;
+}
+
 bool overlap_shared(const ReductionPlan& plan) {
     return plan.shared.count > 0 && plan.global.count > 0 && variant().overlap_shared != 0;
 }
 
-// Where the parameter-gradient passes read dL/dy. With two or more contributing levels each level's
-// pass would read one 32-byte sector of every row of g for its F values (4 bytes of 32 in the main
-// row), and g (64 MB at 2^20 rows) does not stay in L2 across the passes, so they first copy g to
-// level-major order in temporary memory (`copy`, kept alive by the caller); Variant::level_major_grads
-// switches it.
+// Where the parameter-gradient passes read dL/dy: the caller's rows, or (Variant::level_major_grads =
+// 1) a level-major copy in temporary memory (`copy`, kept alive by the caller), so that a level's pass
+// reads its values contiguously instead of one 32-byte sector of every row. Measured on the H200 (main
+// row at 2^20, runs 60 and 61): the copy costs 0.06 ms and the passes gain less than that (fast
+// backward 1.164 ms with it, 1.144 without; deterministic 2.042 with, 2.012 without), so it is off.
 GradLayout gradient_layout(const GridDesc& desc, const Call& c, const Stream& stream, ConstView g,
-                           uint32_t n_contributing, bool deterministic, Tensor& copy, const void*& data) {
+                           uint32_t n_contributing, Tensor& copy, const void*& data) {
     const uint32_t F = desc.n_features;
     data = g.data;
-    const int wanted = variant().level_major_grads;
-    if (wanted == 0 || (wanted < 0 && (n_contributing < 2 || !deterministic)) || n_contributing == 0 || c.rows == 0)
-        return GradLayout{g.stride, F};
+    if (variant().level_major_grads <= 0 || n_contributing == 0 || c.rows == 0) return GradLayout{g.stride, F};
     copy = Tensor::temporary(stream, c.rows, static_cast<int64_t>(n_contributing) * F, desc.dtype);
     // Words: the widest of 16, 8, 4 and 2 bytes that divides an entry, the rows' start and their stride.
     const size_t entry = F * dtype_size(desc.dtype), stride_bytes = static_cast<size_t>(g.stride) * dtype_size(desc.dtype);
@@ -246,7 +263,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     const bool deterministic = desc.deterministic || tnn::deterministic();
     Tensor g_copy;
     const void* g_data = nullptr;
-    const GradLayout gl = gradient_layout(desc, c, stream, g, n_contributing, deterministic, g_copy, g_data);
+    const GradLayout gl = gradient_layout(desc, c, stream, g, n_contributing, g_copy, g_data);
     if (!deterministic) {
         // fp32 atomics: straight into an fp32 gradient, else into fp32 scratch converted at the end.
         const bool direct = desc.dtype == DType::f32;
@@ -264,11 +281,17 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
                                   plan.rows_per_block, plan.shared_bytes, g_data, gl, acc);
         const Variant var = variant();
         const FloatSink sink{acc, var.vector_atomics != 0};
-        // Automatic: a thread per (row, level, corner), or per (row, level) when one corner receives all.
-        if (var.fast_mapping == 0 || (var.fast_mapping < 0 && one_corner))
+        // Automatic: a thread per (row, corner) over groups of levels, or per (row, level) when one
+        // corner receives all.
+        const int mapping = var.fast_mapping >= 0 ? var.fast_mapping : one_corner ? 0 : 2;
+        if (mapping == 0) {
             L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
-        else
+        } else if (mapping == 1) {
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
+        } else {
+            for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(float)))
+                L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, sink);
+        }
         beside.join();
         if (direct) return;
         dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {

@@ -199,14 +199,14 @@ struct Variant {
                               // 0: no shared-memory levels; more: opt in, up to the device's maximum)
     int vector_atomics = -1;  // fast gradient: sm_90 v2/v4 float reductions (0: scalar)
     int fast_mapping = -1;    // fast gradient: 0 a thread per (row, level), x-pairs merged into one v4;
-                              // 1 a thread per (row, level, corner), reductions coalesced by sector
-                              // (-1: 1, or 0 for first-order Nearest / stochastic rows: one corner each)
+                              // 1 a thread per (row, level, corner), reductions coalesced by sector;
+                              // 2 a thread per (row, corner) over a group of levels (x read once per group)
+                              // (-1: 2, or 0 for first-order Nearest / stochastic rows: one corner each)
     int det_mapping = -1;     // deterministic: 0 a thread per (row, level); 1 per (row, level, feature);
                               // 2 per (row, level, corner, feature) (-1: 1 when F > 1, else 2, or 0
                               // for first-order Nearest / stochastic rows)
-    int level_major_grads = -1;  // gradient: copy dL/dy to level-major order before the level passes
-                                 // (0: each pass reads the caller's rows; -1: 1 for the deterministic
-                                 // gradient when >= 2 levels contribute, else 0)
+    int level_major_grads = -1;  // gradient: 1 copies dL/dy to level-major order before the level passes
+                                 // (-1, 0: each pass reads the caller's rows; measured faster, run 61)
     int overlap_shared = -1;     // gradient: the shared-memory levels on a second stream, beside the
                                  // global levels (0: one after the other on the caller's stream; -1: 1)
 };

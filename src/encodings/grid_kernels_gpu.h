@@ -5,11 +5,12 @@
 // Thread mappings (docs/encodings.md "GPU" has the reasoning and bench/notes_grid.md the numbers):
 // - forward: one thread per (row, level), levels fastest, so a warp writes whole output rows and the
 //   gathers of all levels are in flight at once; x-neighbour corners share 16-byte loads.
-// - parameter gradient: blocks in level-major order, so the level whose gradient is being reduced
-//   stays in L2; a thread per (row, level, corner) (fp32) or (row, level, corner, feature) (64-bit
-//   fixed point), so that reductions of x-neighbours sharing a 32-byte sector leave as one request
-//   (L2 reductions cost the same per request whatever their width); levels small enough for shared
-//   memory are reduced there first (one block per row chunk) and flushed with coalesced atomics.
+// - parameter gradient: one level (or a group of levels, about 16 MiB of accumulators) at a time, so
+//   that the accumulators being reduced stay in L2; a thread per (row, corner) over the group's levels
+//   (fp32) or per (row, level, feature) (64-bit fixed point), so that reductions of x-neighbours sharing
+//   a 32-byte sector leave as one request (L2 reductions cost the same per request whatever their
+//   width); levels small enough for shared memory are reduced there (one block per row chunk, on a
+//   second stream beside the global levels) and flushed with coalesced atomics.
 // - input gradient and the second-order pass: one thread per row, levels in order (as the CPU).
 #pragma once
 
@@ -677,6 +678,37 @@ __global__ void __launch_bounds__(kThreads)
     sink.template level<F>(level, L).template add<F>(entry, w, gv);
 }
 
+// The same over several levels: a thread per (row, corner) adds its corner's contribution at every
+// level of `list` (a group of levels whose accumulators stay in L2 together), reading the row's x (and
+// v) once for all of them instead of once per level; blocks hold kThreads / 2^D rows.
+template <typename T, uint32_t D, uint32_t F, bool SECOND>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_grad_corner_levels_kernel(const KernelArgs a, const LevelList list, int64_t rows,
+                                         const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
+                                         int64_t v_stride, const T* __restrict__ g, GradLayout g_layout,
+                                         const FloatSink sink) {
+    constexpr uint32_t kCorners = 1u << D, kRowsPerBlock = kThreads / kCorners;
+    const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kCorners;
+    if (row >= rows) return;
+    float xr[D], vr[D];
+    TNN_UNROLL
+    for (uint32_t d = 0; d < D; ++d) {
+        xr[d] = x[row * x_stride + d];
+        vr[d] = SECOND ? v[row * v_stride + d] : 0.0f;
+    }
+    for (uint32_t i = 0; i < list.count; ++i) {
+        const uint32_t level = list.ids[i];
+        const LevelInfo& L = a.levels[level];
+        uint32_t entry;
+        float w;
+        if (!corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, threadIdx.x % kCorners, entry, w))
+            continue;
+        float gv[F];
+        load_gradient<T, F>(g, g_layout, row, level, gv);
+        sink.template level<F>(level, L).template add<F>(entry, w, gv);
+    }
+}
+
 // The deterministic reduction with a thread per (row, level, corner, feature), features fastest: an
 // entry's F words and its x-neighbour's, when they share a 32-byte sector, leave as one request.
 template <typename T, uint32_t D, uint32_t F, bool SECOND>
@@ -995,10 +1027,14 @@ struct Launchers {
     bool (*param_grad_fixed_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                      const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                      unsigned long long* acc, const int* exponents);
-    // Fast path with one thread per (row, level, corner) (grid_param_grad_corner_kernel).
+    // Fast path with one thread per (row, level, corner) (grid_param_grad_corner_kernel), or per (row,
+    // corner) over all levels of the list (grid_param_grad_corner_levels_kernel).
     void (*param_grad_float_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                      const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                      const FloatSink&);
+    void (*param_grad_float_corner_levels)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
+                                           const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
+                                           const FloatSink&);
     // Shared-memory parameter gradient of small levels (first order), into a float or fixed-point accumulator.
     void (*param_grad_shared_float)(const Call&, DType, uint32_t n_features, const SharedItems&,
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
@@ -1148,6 +1184,23 @@ template <uint32_t D> Launchers make_launchers() {
                         *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, sink);
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_corner_kernel");
+        });
+    };
+    l.param_grad_float_corner_levels = [](const Call& c, DType dtype, uint32_t n_features, bool second,
+                                          const LevelList& list, const float* v, int64_t v_stride, const void* g,
+                                          GradLayout g_layout, const FloatSink& sink) {
+        if (list.count == 0) return;
+        dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+            using T = decltype(t);
+            constexpr uint32_t F = decltype(f)::value;
+            const auto blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kThreads >> D));
+            const T* gt = static_cast<const T*>(g);
+            dispatch_bool(second, [&](auto sec) {
+                constexpr bool SECOND = decltype(sec)::value;
+                grid_param_grad_corner_levels_kernel<T, D, F, SECOND><<<blocks, kThreads, 0, c.stream>>>(
+                        *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, sink);
+            });
+            TNN_GPU_CHECK_LAUNCH("grid_param_grad_corner_levels_kernel");
         });
     };
     l.param_grad_shared_float = [](const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,

@@ -556,6 +556,7 @@ TEST(GridGpu, KernelVariantsAgree) {
                 variant_with([](auto& v) { v.shared_kib = 48; }),
                 variant_with([](auto& v) { v.fast_mapping = 0; }),
                 variant_with([](auto& v) { v.fast_mapping = 1; }),
+                variant_with([](auto& v) { v.fast_mapping = 2; }),
                 variant_with([](auto& v) {
                     v.fast_mapping = 0;
                     v.vector_atomics = 0;
