@@ -581,10 +581,12 @@ int main(int argc, char** argv) {
     }
     // The gradient's switches of the eleventh session (section 6 of bench/notes_grid.md), in QUICK runs
     // too: dL/dy copied to level-major order (off by default), the shared-memory levels beside the
-    // global ones on a second stream (on), and the fast gradient's thread per (row, level, corner)
-    // (the default before the thread per (row, corner) over groups of levels).
+    // global ones on a second stream (on), the mappings that were the defaults before the threads over
+    // groups of levels (fast: per (row, level, corner); deterministic: per (row, level, feature)), and
+    // the groups' size.
     {
         const Row fast{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward"}};
+        const Row det{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward_det"}};
         const Row both{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward", "backward_det"}};
         grid_gpu::Variant v;
         v.level_major_grads = 1;
@@ -596,6 +598,15 @@ int main(int argc, char** argv) {
             v = {};
             v.fast_mapping = 1;
             bench_row(fast, o, s, results, v, "fast_corner_lanes");
+            v = {};
+            v.det_mapping = 1;
+            bench_row(det, o, s, results, v, "det_feature_lanes");
+        }
+        // The groups of levels the default mappings reduce together (16 MiB of accumulators).
+        for (int mib : {8, 32}) {
+            v = {};
+            v.level_group_kib = mib * 1024;
+            bench_row(both, o, s, results, v, "level_groups_" + std::to_string(mib) + "MiB");
         }
     }
     // The locality experiment (section 5 of bench/notes_grid.md): the main row's passes on the same

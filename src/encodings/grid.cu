@@ -184,15 +184,18 @@ class Beside {
 };
 
 // Consecutive levels of `list` in groups whose accumulators (entry_bytes per entry) add up to at most
-// kLevelGroupBytes, a level larger than that on its own: a group's reductions stay in L2 together
-// (the H200's 50 MB) next to x and dL/dy. The main row: 4 levels of 4 MiB per group.
+// kLevelGroupBytes (Variant::level_group_kib), a level larger than that on its own: a group's
+// reductions stay in L2 together (the H200's 50 MB) next to x and dL/dy. The main row: 4 levels of
+// 4 MiB per group in fp32, 2 of 8 MiB in fixed point.
 constexpr size_t kLevelGroupBytes = size_t(16) << 20;
 std::vector<LevelList> level_groups(const GridDesc& desc, const LevelList& list, size_t entry_bytes) {
+    const int kib = variant().level_group_kib;
+    const size_t limit = kib > 0 ? static_cast<size_t>(kib) << 10 : kLevelGroupBytes;
     std::vector<LevelList> groups;
     size_t bytes = 0;
     for (uint32_t i = 0; i < list.count; ++i) {
         const size_t level_bytes = size_t(desc.levels[list.ids[i]].size) * entry_bytes;
-        if (groups.empty() || bytes + level_bytes > kLevelGroupBytes) {
+        if (groups.empty() || bytes + level_bytes > limit) {
             groups.push_back(LevelList{});
             bytes = 0;
         }
@@ -321,13 +324,16 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     L.param_grad_shared_fixed(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
                               plan.shared_bytes, g_data, gl, acc, exponents);
     // Integer reductions have no vector form: threads per feature (and corner) put an entry's words on
-    // consecutive lanes, which leave as one request per 32-byte sector.
-    // Automatic: a thread per feature when F > 1 (measured fastest on the H200: 2.78 ms against 2.97 ms
-    // per (corner, feature) and 3.59 ms per (row, level), main row at 2^20), per corner when F = 1
-    // (per row when one corner receives all).
+    // consecutive lanes, which leave as one request per 32-byte sector. Automatic: a thread per
+    // (row, feature) over groups of levels when F > 1, per (row, level, corner, feature) when F = 1, per
+    // (row, level) when one corner receives all. Run 62 (H200, main row at 2^20): a thread per (row,
+    // level, feature) 2.010 ms, per (row, level, corner, feature) 2.221 ms, per (row, level) 2.896 ms.
     int mapping = variant().det_mapping;
-    if (mapping < 0) mapping = F > 1 ? 1 : one_corner ? 0 : 2;
-    if (mapping == 2) {
+    if (mapping < 0) mapping = F > 1 ? 3 : one_corner ? 0 : 2;
+    if (mapping == 3 && F > 1) {
+        for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(unsigned long long)))
+            L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc, exponents);
+    } else if (mapping == 2) {
         if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
                                         exponents))  // 2^D * F > kThreads: one thread per feature
             L.param_grad_fixed_lanes(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,

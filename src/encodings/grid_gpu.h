@@ -203,8 +203,11 @@ struct Variant {
                               // 2 a thread per (row, corner) over a group of levels (x read once per group)
                               // (-1: 2, or 0 for first-order Nearest / stochastic rows: one corner each)
     int det_mapping = -1;     // deterministic: 0 a thread per (row, level); 1 per (row, level, feature);
-                              // 2 per (row, level, corner, feature) (-1: 1 when F > 1, else 2, or 0
-                              // for first-order Nearest / stochastic rows)
+                              // 2 per (row, level, corner, feature); 3 per (row, feature) over a group of
+                              // levels (-1: 3 when F > 1, else 2, or 0 for first-order Nearest /
+                              // stochastic rows)
+    int level_group_kib = 0;  // gradient mappings over groups of levels: accumulator KiB per group
+                              // (0: 16384)
     int level_major_grads = -1;  // gradient: 1 copies dL/dy to level-major order before the level passes
                                  // (-1, 0: each pass reads the caller's rows; measured faster, run 61)
     int overlap_shared = -1;     // gradient: the shared-memory levels on a second stream, beside the

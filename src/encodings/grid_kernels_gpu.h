@@ -609,6 +609,36 @@ __global__ void __launch_bounds__(kThreads)
                                     gv, sink);
 }
 
+// The same over several levels: a thread per (row, feature) adds its feature's contributions at every
+// level of `list` (a group of levels whose accumulators stay in L2 together), reading the row's x (and
+// v) once for all of them; blocks hold kThreads / F rows.
+template <typename T, uint32_t D, uint32_t F, bool SECOND>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_grad_lanes_levels_kernel(const KernelArgs a, const LevelList list, int64_t rows,
+                                        const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
+                                        int64_t v_stride, const T* __restrict__ g, GradLayout g_layout,
+                                        unsigned long long* __restrict__ acc, const int* __restrict__ exponents) {
+    constexpr uint32_t kRowsPerBlock = kThreads / F;
+    const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / F;
+    const uint32_t f = threadIdx.x % F;
+    if (row >= rows) return;
+    float xr[D], vr[D];
+    TNN_UNROLL
+    for (uint32_t d = 0; d < D; ++d) {
+        xr[d] = x[row * x_stride + d];
+        vr[d] = SECOND ? v[row * v_stride + d] : 0.0f;
+    }
+    for (uint32_t i = 0; i < list.count; ++i) {
+        const uint32_t level = list.ids[i];
+        const int k = exponents[level];
+        if (k == kNonFiniteExponent) continue;  // the conversion writes NaN for the level
+        const LevelInfo& L = a.levels[level];
+        const float gv[1] = {to_acc(g[g_layout.at(row, level) + f])};
+        const FixedLaneSink sink{acc + size_t(L.offset) * F + f, F, k};
+        row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, sink);
+    }
+}
+
 // Corner `corner` of a row at a level: its entry and weight (as row_contributions computes them);
 // false when the corner receives nothing (Nearest and stochastic interpolation feed one corner).
 template <uint32_t D, bool SECOND>
@@ -1024,6 +1054,9 @@ struct Launchers {
     void (*param_grad_fixed_lanes)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                    const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                    unsigned long long* acc, const int* exponents);
+    void (*param_grad_fixed_lane_levels)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
+                                         const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
+                                         unsigned long long* acc, const int* exponents);
     bool (*param_grad_fixed_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                      const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                      unsigned long long* acc, const int* exponents);
@@ -1145,6 +1178,23 @@ template <uint32_t D> Launchers make_launchers() {
                         *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_kernel");
+        });
+    };
+    l.param_grad_fixed_lane_levels = [](const Call& c, DType dtype, uint32_t n_features, bool second,
+                                        const LevelList& list, const float* v, int64_t v_stride, const void* g,
+                                        GradLayout g_layout, unsigned long long* acc, const int* exponents) {
+        if (list.count == 0) return;
+        dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+            using T = decltype(t);
+            constexpr uint32_t F = decltype(f)::value;
+            const auto blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kThreads / F));
+            const T* gt = static_cast<const T*>(g);
+            dispatch_bool(second, [&](auto sec) {
+                constexpr bool SECOND = decltype(sec)::value;
+                grid_param_grad_lanes_levels_kernel<T, D, F, SECOND><<<blocks, kThreads, 0, c.stream>>>(
+                        *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
+            });
+            TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_levels_kernel");
         });
     };
     l.param_grad_fixed_corners = [](const Call& c, DType dtype, uint32_t n_features, bool second,

@@ -509,7 +509,10 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
                 variant_with([](auto& v) { v.shared_kib = 0; }), variant_with([](auto& v) { v.shared_kib = 48; }),
                 variant_with([](auto& v) { v.det_mapping = 0; }), variant_with([](auto& v) { v.det_mapping = 1; }),
                 variant_with([](auto& v) { v.det_mapping = 2; }),
-                variant_with([](auto& v) { v.level_major_grads = 0; })};
+                variant_with([](auto& v) { v.det_mapping = 3; }),
+                variant_with([](auto& v) { v.det_mapping = 3; v.level_group_kib = 64; }),
+                variant_with([](auto& v) { v.level_major_grads = 1; }),
+                variant_with([](auto& v) { v.overlap_shared = 0; })};
             for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult e = run_encoding(*enc, stream, data, c.batch);
@@ -557,6 +560,7 @@ TEST(GridGpu, KernelVariantsAgree) {
                 variant_with([](auto& v) { v.fast_mapping = 0; }),
                 variant_with([](auto& v) { v.fast_mapping = 1; }),
                 variant_with([](auto& v) { v.fast_mapping = 2; }),
+                variant_with([](auto& v) { v.fast_mapping = 2; v.level_group_kib = 64; }),
                 variant_with([](auto& v) {
                     v.fast_mapping = 0;
                     v.vector_atomics = 0;
