@@ -7,9 +7,10 @@
 //   gathers of all levels are in flight at once; x-neighbour corners share 16-byte loads.
 // - parameter gradient: one level (or a group of levels, about 16 MiB of accumulators) at a time, so
 //   that the accumulators being reduced stay in L2; a thread per (row, corner) over the group's levels
-//   (fp32) or per (row, level, feature) (64-bit fixed point), so that reductions of x-neighbours sharing
-//   a 32-byte sector leave as one request (L2 reductions cost the same per request whatever their
-//   width); levels small enough for shared memory are reduced there (one block per row chunk, on a
+//   (fp32; x-neighbours that share a 32-byte sector leave as one request, and L2 reductions cost the
+//   same per request whatever their width) or per (row, feature) over the group's levels (64-bit
+//   fixed point: an entry's F words leave as one request; per (row, level, corner, feature) when
+//   F = 1); levels small enough for shared memory are reduced there (one block per row chunk, on a
 //   second stream beside the global levels) and flushed with coalesced atomics.
 // - input gradient and the second-order pass: one thread per row, levels in order (as the CPU).
 #pragma once
