@@ -556,59 +556,40 @@ int main(int argc, char** argv) {
     for (int log2 : {20, 21})
         bench_row({"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << log2, all}, o, s, results, {}, "auto");
     // Kernel variants of the main row at 2^20.
+    auto main_row = [&](std::vector<std::string> passes) {
+        return Row{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, std::move(passes)};
+    };
+    const Row fwd = main_row({"forward"}), fast = main_row({"backward"}), det = main_row({"backward_det"}),
+              bwd = main_row({"backward", "backward_det"});
+    auto variant = [](const std::function<void(grid_gpu::Variant&)>& set) {
+        grid_gpu::Variant v;
+        set(v);
+        return v;
+    };
     if (!o.quick) {
-        const Row fwd{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"forward"}};
-        const Row bwd{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward", "backward_det"}};
-        const Row fast{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward"}};
-        const Row det{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward_det"}};
-        auto variant = [](const std::function<void(grid_gpu::Variant&)>& set) {
-            grid_gpu::Variant v;
-            set(v);
-            return v;
-        };
         bench_row(fwd, o, s, results, variant([](auto& v) { v.chunked_loads = 0; }), "one_load_per_value");
         bench_row(fwd, o, s, results, variant([](auto& v) { v.forward_threads = 128; }), "forward_128_threads");
         bench_row(fwd, o, s, results, variant([](auto& v) { v.forward_threads = 512; }), "forward_512_threads");
         bench_row(bwd, o, s, results, variant([](auto& v) { v.shared_kib = 0; }), "no_shared_levels");
         bench_row(bwd, o, s, results, variant([](auto& v) { v.shared_kib = 48; }), "shared_48KiB");
         bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 0; }), "fast_row_level_pairs");
-        bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 1; }), "fast_corner_lanes");
         bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 0; v.vector_atomics = 0; }),
                   "fast_row_level_scalar");
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 0; }), "det_row_level");
-        bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 1; }), "det_feature_lanes");
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 2; }), "det_corner_feature_lanes");
     }
     // The gradient's switches of the eleventh session (section 6 of bench/notes_grid.md), in QUICK runs
     // too: dL/dy copied to level-major order (off by default), the shared-memory levels beside the
     // global ones on a second stream (on), the mappings that were the defaults before the threads over
     // groups of levels (fast: per (row, level, corner); deterministic: per (row, level, feature)), and
-    // the groups' size.
-    {
-        const Row fast{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward"}};
-        const Row det{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward_det"}};
-        const Row both{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 20, {"backward", "backward_det"}};
-        grid_gpu::Variant v;
-        v.level_major_grads = 1;
-        bench_row(both, o, s, results, v, "level_major_grads");
-        v = {};
-        v.overlap_shared = 0;
-        bench_row(both, o, s, results, v, "no_overlap");
-        if (o.quick) {  // in the variants below otherwise
-            v = {};
-            v.fast_mapping = 1;
-            bench_row(fast, o, s, results, v, "fast_corner_lanes");
-            v = {};
-            v.det_mapping = 1;
-            bench_row(det, o, s, results, v, "det_feature_lanes");
-        }
-        // The groups of levels the default mappings reduce together (16 MiB of accumulators).
-        for (int mib : {8, 32}) {
-            v = {};
-            v.level_group_kib = mib * 1024;
-            bench_row(both, o, s, results, v, "level_groups_" + std::to_string(mib) + "MiB");
-        }
-    }
+    // the groups' size (16 MiB of accumulators by default).
+    bench_row(bwd, o, s, results, variant([](auto& v) { v.level_major_grads = 1; }), "level_major_grads");
+    bench_row(bwd, o, s, results, variant([](auto& v) { v.overlap_shared = 0; }), "no_overlap");
+    bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 1; }), "fast_corner_lanes");
+    bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 1; }), "det_feature_lanes");
+    for (int mib : {8, 32})
+        bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }),
+                  "level_groups_" + std::to_string(mib) + "MiB");
     // The locality experiment (section 5 of bench/notes_grid.md): the main row's passes on the same
     // rows in Morton order, and the device sort's cost. In QUICK runs too: it is what is being decided.
     json locality = json::array();
