@@ -585,6 +585,8 @@ int main(int argc, char** argv) {
     // the groups' size (16 MiB of accumulators by default).
     bench_row(bwd, o, s, results, variant([](auto& v) { v.level_major_grads = 1; }), "level_major_grads");
     bench_row(bwd, o, s, results, variant([](auto& v) { v.overlap_shared = 0; }), "no_overlap");
+    // Twelfth session: dL/dy of a (row, level) as one load (on) against a load per value.
+    bench_row(bwd, o, s, results, variant([](auto& v) { v.vector_grad_loads = 0; }), "per_value_grad_loads");
     bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 1; }), "fast_corner_lanes");
     bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 1; }), "det_feature_lanes");
     for (int mib : {8, 32})

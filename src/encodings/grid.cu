@@ -131,21 +131,49 @@ ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contrib
     return p;
 }
 
-// A second stream of the calling thread on `device`, created on first use and kept for the thread's
-// lifetime (one per thread, so that captures on different threads never share it).
-gpu_stream_t side_stream(int device) {
+// A second stream for work beside `caller` on `device`, one per (thread, device, caller's stream),
+// created on first use. Keyed by the caller's stream because a fork puts the side stream into the
+// caller's capture until that capture ends: one side stream shared by two streams of a thread would make
+// a second capture (or an eager backward on another stream) wait on an event from outside its own
+// capture, which CUDA refuses. A thread keeps at most kSideStreams of them; beyond that the least recently
+// used one that is not inside a capture is destroyed (destroying a stream with queued work is allowed:
+// the work completes first). A destroyed caller's handle may be reused by a new stream: its side stream
+// then serves the new one, which is correct, since the old stream can no longer be capturing.
+constexpr size_t kSideStreams = 8;
+gpu_stream_t side_stream(int device, gpu_stream_t caller) {
+    struct Side {
+        int device;
+        gpu_stream_t caller, side;
+    };
     struct Streams {
-        std::vector<gpu_stream_t> native;
+        std::vector<Side> recent;  // least recently used first
         ~Streams() {
-            for (gpu_stream_t s : native)
-                if (s) (void)gpu_stream_destroy(s);
+            for (const Side& s : recent) (void)gpu_stream_destroy(s.side);
         }
     };
     thread_local Streams streams;
-    if (streams.native.size() <= static_cast<size_t>(device)) streams.native.resize(device + 1, nullptr);
-    gpu_stream_t& s = streams.native[device];
-    if (!s) TNN_GPU_CHECK(gpu_stream_create_with_flags(&s, gpu_stream_non_blocking));
-    return s;
+    std::vector<Side>& recent = streams.recent;
+    for (size_t i = 0; i < recent.size(); ++i)
+        if (recent[i].device == device && recent[i].caller == caller) {
+            const Side found = recent[i];
+            recent.erase(recent.begin() + static_cast<std::ptrdiff_t>(i));
+            recent.push_back(found);
+            return found.side;
+        }
+    if (recent.size() >= kSideStreams)
+        for (size_t i = 0; i < recent.size(); ++i) {
+            gpu_stream_capture_status_t status = gpu_stream_capture_status_none;
+            if (gpu_stream_is_capturing(recent[i].side, &status) != gpu_success ||
+                status != gpu_stream_capture_status_none)
+                continue;
+            (void)gpu_stream_destroy(recent[i].side);
+            recent.erase(recent.begin() + static_cast<std::ptrdiff_t>(i));
+            break;
+        }
+    Side added{device, caller, nullptr};
+    TNN_GPU_CHECK(gpu_stream_create_with_flags(&added.side, gpu_stream_non_blocking));
+    recent.push_back(added);
+    return added.side;
 }
 
 // Work queued through call() runs beside the caller's stream until join() (or the destructor, so that
@@ -157,7 +185,8 @@ class Beside {
   public:
     Beside(const Stream& stream, const Call& c, bool on) : m_stream(stream), m_call(c) {
         if (!on) return;
-        m_side = Stream::gpu(side_stream(stream.device().index), stream.device().index);
+        const int device = stream.device().index;
+        m_side = Stream::gpu(side_stream(device, gpu::native_stream(stream)), device);
         gpu::stream_wait(m_side, m_stream);
         m_call.stream = gpu::native_stream(m_side);
         m_forked = true;
@@ -214,8 +243,8 @@ bool overlap_shared(const ReductionPlan& plan) {
 // reads its values contiguously instead of one 32-byte sector of every row. Measured on the H200 (main
 // row at 2^20, runs 60 and 61): the copy costs 0.06 ms and the passes gain less than that (fast
 // backward 1.164 ms with it, 1.144 without; deterministic 2.042 with, 2.012 without), so it is off.
-GradLayout gradient_layout(const GridDesc& desc, const Call& c, const Stream& stream, ConstView g,
-                           uint32_t n_contributing, Tensor& copy, const void*& data) {
+GradLayout rows_or_level_major(const GridDesc& desc, const Call& c, const Stream& stream, ConstView g,
+                               uint32_t n_contributing, Tensor& copy, const void*& data) {
     const uint32_t F = desc.n_features;
     data = g.data;
     if (variant().level_major_grads <= 0 || n_contributing == 0 || c.rows == 0) return GradLayout{g.stride, F};
@@ -247,6 +276,18 @@ GradLayout gradient_layout(const GridDesc& desc, const Call& c, const Stream& st
     }
     data = copy.data();
     return GradLayout{F, c.rows * F};
+}
+
+// The layout, with GradLayout::vec set where every (row, level)'s F values start aligned to their
+// GradWords unit (Variant::vector_grad_loads; F > 1).
+GradLayout gradient_layout(const GridDesc& desc, const Call& c, const Stream& stream, ConstView g,
+                           uint32_t n_contributing, Tensor& copy, const void*& data) {
+    GradLayout layout = rows_or_level_major(desc, c, stream, g, n_contributing, copy, data);
+    const size_t size = dtype_size(desc.dtype), unit = std::min<size_t>(16, desc.n_features * size);
+    layout.vec = variant().vector_grad_loads != 0 && desc.n_features > 1 && aligned(data, unit) &&
+                 (static_cast<size_t>(layout.row_stride) * size) % unit == 0 &&
+                 (static_cast<size_t>(layout.level_stride) * size) % unit == 0;
+    return layout;
 }
 
 // dL/dparams of a first-order (v == nullptr) or second-order pass, weights from dL/dy = g.

@@ -212,6 +212,8 @@ struct Variant {
                                  // (-1, 0: each pass reads the caller's rows; measured faster, run 61)
     int overlap_shared = -1;     // gradient: the shared-memory levels on a second stream, beside the
                                  // global levels (0: one after the other on the caller's stream; -1: 1)
+    int vector_grad_loads = -1;  // gradient: a (row, level)'s F values of dL/dy in one load when aligned
+                                 // (0: one load per value; -1: 1)
 };
 void set_variant(const Variant& v);
 Variant variant();

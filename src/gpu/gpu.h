@@ -58,6 +58,7 @@ constexpr auto gpu_stream_non_blocking = hipStreamNonBlocking;
 constexpr auto gpu_stream_capture_status_none = hipStreamCaptureStatusNone;
 constexpr auto gpu_stream_capture_mode_global = hipStreamCaptureModeGlobal;
 constexpr auto gpu_stream_capture_mode_thread_local = hipStreamCaptureModeThreadLocal;
+constexpr auto gpu_stream_capture_mode_relaxed = hipStreamCaptureModeRelaxed;
 constexpr auto gpu_stream_capture_status_active = hipStreamCaptureStatusActive;
 constexpr auto gpu_graph_instantiate_flag_auto_free_on_launch = hipGraphInstantiateFlagAutoFreeOnLaunch;
 #define gpu_get_error_string hipGetErrorString
@@ -119,6 +120,7 @@ constexpr auto gpu_stream_non_blocking = cudaStreamNonBlocking;
 constexpr auto gpu_stream_capture_status_none = cudaStreamCaptureStatusNone;
 constexpr auto gpu_stream_capture_mode_global = cudaStreamCaptureModeGlobal;
 constexpr auto gpu_stream_capture_mode_thread_local = cudaStreamCaptureModeThreadLocal;
+constexpr auto gpu_stream_capture_mode_relaxed = cudaStreamCaptureModeRelaxed;
 constexpr auto gpu_stream_capture_status_active = cudaStreamCaptureStatusActive;
 constexpr auto gpu_graph_instantiate_flag_auto_free_on_launch = cudaGraphInstantiateFlagAutoFreeOnLaunch;
 #define gpu_get_error_string cudaGetErrorString

@@ -76,6 +76,51 @@ private:
     void* m_native = nullptr;  // the vendor stream handle
 };
 
+#ifdef TNN_WITH_GPU
+// A graph captured on a test's stream: the constructor begins the capture, end() ends it and
+// instantiates the graph, launch() replays it. A runtime error in any of them is a test failure that
+// names the step. A capture still open at destruction (an assertion returned early, the work threw) is
+// ended and dropped, so that the stream is usable again.
+class TestGraph {
+public:
+    explicit TestGraph(const Stream& stream, decltype(gpu_stream_capture_mode_global) mode = gpu_stream_capture_mode_global)
+        : m_stream(gpu::native_stream(stream)) {
+        m_open = ok(gpu_stream_begin_capture(m_stream, mode), "beginning the capture");
+    }
+    ~TestGraph() {
+        if (m_open) {
+            gpu_graph_t dropped = nullptr;
+            (void)gpu_stream_end_capture(m_stream, &dropped);
+            if (dropped) (void)gpu_graph_destroy(dropped);
+        }
+        if (m_exec) (void)gpu_graph_exec_destroy(m_exec);
+        if (m_graph) (void)gpu_graph_destroy(m_graph);
+    }
+    TestGraph(const TestGraph&) = delete;
+    TestGraph& operator=(const TestGraph&) = delete;
+    // Ends the capture and instantiates the graph; false after a failure (already reported).
+    bool end() {
+        if (!m_open) return false;
+        m_open = false;
+        return ok(gpu_stream_end_capture(m_stream, &m_graph), "ending the capture") &&
+               ok(gpu_graph_instantiate(&m_exec, m_graph), "instantiating the graph");
+    }
+    // One replay on the capturing stream; false after a failure (already reported).
+    bool launch() const { return m_exec && ok(gpu_graph_launch(m_exec, m_stream), "launching the graph"); }
+
+private:
+    static bool ok(gpu_error_t err, const char* what) {
+        if (err == gpu_success) return true;
+        ADD_FAILURE() << what << ": " << gpu_get_error_string(err);
+        return false;
+    }
+    gpu_stream_t m_stream;
+    gpu_graph_t m_graph = nullptr;
+    gpu_graph_exec_t m_exec = nullptr;
+    bool m_open = false;
+};
+#endif  // TNN_WITH_GPU
+
 // Host data <-> a device (a plain copy for the CPU). Synchronous.
 inline Tensor to_device(const Tensor& host, Device d) { return host.to(d); }
 inline Tensor from_floats(const std::vector<float>& v, int64_t rows, int64_t cols, Device d) {

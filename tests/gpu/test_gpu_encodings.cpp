@@ -512,7 +512,8 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
                 variant_with([](auto& v) { v.det_mapping = 3; }),
                 variant_with([](auto& v) { v.det_mapping = 3; v.level_group_kib = 64; }),
                 variant_with([](auto& v) { v.level_major_grads = 1; }),
-                variant_with([](auto& v) { v.overlap_shared = 0; })};
+                variant_with([](auto& v) { v.overlap_shared = 0; }),
+                variant_with([](auto& v) { v.vector_grad_loads = 0; })};
             for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult e = run_encoding(*enc, stream, data, c.batch);
@@ -566,7 +567,9 @@ TEST(GridGpu, KernelVariantsAgree) {
                     v.vector_atomics = 0;
                 }),
                 variant_with([](auto& v) { v.level_major_grads = 0; }),
-                variant_with([](auto& v) { v.level_major_grads = 1; })};
+                variant_with([](auto& v) { v.level_major_grads = 1; }),
+                variant_with([](auto& v) { v.vector_grad_loads = 0; }),
+                variant_with([](auto& v) { v.vector_grad_loads = 0; v.level_major_grads = 1; })};
             for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
@@ -604,6 +607,18 @@ TEST(GridGpu, LevelMajorGradientCopyInGroups) {
     }
 }
 
+// A graph replay's dL/dparams against the eager one: the same bits on the deterministic path, else
+// within the reordering of batch * 8 fp32 additions per entry (2^D = 8 corners in 3D).
+void expect_replay(const std::vector<double>& got, const std::vector<double>& want, bool det, int64_t batch,
+                   const std::string& what) {
+    if (det) {
+        expect_same_bits(to_float(got), to_float(want), what);
+    } else {
+        const double tol = static_cast<double>(batch) * 8 * dtype_epsilon(DType::f32) * (1 + max_abs(want));
+        expect_close(got, want, tol, 0.0, what);
+    }
+}
+
 // The parameter gradient forks its shared-memory levels onto a second stream of the calling thread
 // (created on first use) and joins it back: a capture on a thread that never ran a grid backward before
 // must record both branches. Replays give the eager bits (deterministic), and the fast path's gradient
@@ -632,39 +647,91 @@ TEST(GridGpu, BackwardCapturedOnANewThreadReplays) {
                     enc->backward(stream, *ctx, x.view(), y.view(), g.view(), nullptr, dp.data(), p.data(),
                                   GradMode::overwrite);
                 };
-                const gpu_stream_t native = gpu::native_stream(stream);
-                gpu_graph_t graph = nullptr;
-                ASSERT_EQ(gpu_stream_begin_capture(native, gpu_stream_capture_mode_global), gpu_success);
+                TestGraph graph(stream);
                 try {
                     step();
                 } catch (const std::exception& e) {
-                    (void)gpu_stream_end_capture(native, &graph);
                     FAIL() << "the grid's backward must be capturable: " << e.what();
                 }
-                ASSERT_EQ(gpu_stream_end_capture(native, &graph), gpu_success);
-                gpu_graph_exec_t exec = nullptr;
-                ASSERT_EQ(gpu_graph_instantiate(&exec, graph), gpu_success);
+                ASSERT_TRUE(graph.end());
                 step();  // eager, after the capture
                 stream.stream().synchronize();
                 const std::vector<double> want = download(dp);
                 for (int replay = 0; replay < 2; ++replay) {
                     fill(stream, dp.view(), 3.0);
-                    ASSERT_EQ(gpu_graph_launch(exec, native), gpu_success);
+                    ASSERT_TRUE(graph.launch());
                     stream.stream().synchronize();
-                    const std::vector<double> got = download(dp);
-                    if (det) {
-                        expect_same_bits(to_float(got), to_float(want), "graph replay dL/dparams");
-                    } else {
-                        // c.batch * 8 terms of fp32 rounding, summed in another order.
-                        const double tol = c.batch * 8 * dtype_epsilon(DType::f32) * (1 + max_abs(want));
-                        expect_close(got, want, tol, 0.0, "graph replay dL/dparams");
-                    }
+                    expect_replay(download(dp), want, det, c.batch, "graph replay dL/dparams");
                 }
-                (void)gpu_graph_exec_destroy(exec);
-                (void)gpu_graph_destroy(graph);
             });
             worker.join();
         }
+}
+
+// Side streams follow the caller's stream: two captures open at once on one thread, each forking its
+// shared-memory levels, and while they are open eager backwards on more streams than a thread keeps side
+// streams for (kSideStreams = 8 in grid.cu), so that the least recently used are replaced, never one
+// inside an open capture. Every eager result and every replay gives the first eager result (bits on the
+// deterministic path). Relaxed capture mode: the eager calls' temporary memory may come from the driver.
+TEST(GridGpu, SideStreamsFollowTheCallersStream) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    grid_gpu::set_variant(variant_with([](auto& v) { v.overlap_shared = 1; }));
+    for (const char* name : {"hash3d_f2_deterministic", "hash3d_f2_linear"}) {
+        SCOPED_TRACE(name);
+        const EncodingCase& c = case_named(name);
+        const auto enc = create_encoding(c.n_dims, c.config, DType::f32);
+        const EncodingData data = make_data(c, *enc, DType::f32, 23);
+        const bool det = c.config.value("deterministic", false);
+        const Device gpu = Device::gpu(0);
+        const int64_t n_params = static_cast<int64_t>(enc->n_params());
+        const Tensor x = upload(data.x, c.batch, c.n_dims, DType::f32, gpu);
+        const Tensor p = upload(data.params, 1, n_params, DType::f32, gpu);
+        const Tensor g = upload(data.dL_dy, c.batch, enc->n_output_dims(), DType::f32, gpu);
+        // One output pair per backward: the two captures and 10 eager calls on their own streams.
+        constexpr int kEager = 10, kRuns = 2 + kEager;
+        std::vector<std::unique_ptr<TestStream>> streams;
+        std::vector<Tensor> ys, dps;
+        for (int i = 0; i < kRuns; ++i) {
+            streams.push_back(std::make_unique<TestStream>(gpu));
+            ys.emplace_back(c.batch, enc->n_output_dims(), DType::f32, gpu);
+            dps.emplace_back(1, n_params, DType::f32, gpu);
+        }
+        auto backward = [&](int i) {
+            const Stream s = streams[i]->stream();
+            auto ctx = enc->forward(s, x.view(), ys[i].view(), p.data(), false);
+            enc->backward(s, *ctx, x.view(), ys[i].view(), g.view(), nullptr, dps[i].data(), p.data(),
+                          GradMode::overwrite);
+        };
+        TestStream first(gpu);
+        Tensor y0(c.batch, enc->n_output_dims(), DType::f32, gpu), dp0(1, n_params, DType::f32, gpu);
+        {
+            auto ctx = enc->forward(first, x.view(), y0.view(), p.data(), false);
+            enc->backward(first, *ctx, x.view(), y0.view(), g.view(), nullptr, dp0.data(), p.data(), GradMode::overwrite);
+        }
+        first.stream().synchronize();
+        const std::vector<double> want = download(dp0);
+        {
+            TestGraph a(*streams[0], gpu_stream_capture_mode_relaxed);
+            backward(0);
+            TestGraph b(*streams[1], gpu_stream_capture_mode_relaxed);
+            backward(1);
+            for (int i = 2; i < kRuns; ++i) backward(i);
+            ASSERT_TRUE(b.end());
+            ASSERT_TRUE(a.end());
+            for (int i = 2; i < kRuns; ++i) {
+                streams[i]->stream().synchronize();
+                expect_replay(download(dps[i]), want, det, c.batch, msg("eager backward ", i, " during the captures"));
+            }
+            for (int i : {0, 1}) fill(*streams[i], dps[i].view(), 3.0);
+            ASSERT_TRUE(a.launch());
+            ASSERT_TRUE(b.launch());
+            for (int i : {0, 1}) {
+                streams[i]->stream().synchronize();
+                expect_replay(download(dps[i]), want, det, c.batch, msg("replay of capture ", i));
+            }
+        }
+    }
 }
 
 // Parameters that are not 16-byte aligned (a grid after a PortableMLP with an odd parameter count)

@@ -76,6 +76,13 @@ const std::vector<OptimizerCase>& optimizer_cases() {
          {{"otype", "Composite"},
           {"nested", json::array({json{{"otype", "Adam"}, {"learning_rate", 1e-2}, {"n_params_to_optimize", 12000}},
                                   sgd})}}},
+        // Adam's four-parameter kernel needs every array at a 4-parameter boundary: a first slice of
+        // 4998 parameters (that kernel, with a tail of 2) and a second one starting at parameter 4998
+        // (the one-parameter kernel).
+        {"CompositeAdamSlices",
+         {{"otype", "Composite"},
+          {"nested", json::array({json{{"otype", "Adam"}, {"learning_rate", 1e-2}, {"n_params_to_optimize", 4998}},
+                                  json{{"otype", "Adam"}, {"learning_rate", 2e-2}, {"beta1", 0.8}}})}}},
         {"CompositeWithEMA",
          {{"otype", "Composite"},
           {"nested", json::array({json{{"otype", "EMA"}, {"nested", adam}, {"n_params_to_optimize", 5000}}, sgd})}}},
