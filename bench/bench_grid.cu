@@ -472,6 +472,84 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
     }
 }
 
+// The overlap experiment (twelfth session; bench/notes_grid.md section 7): could a training step run
+// the grid's passes beside the MLP's instead of one after the other (a step pipelined over chunks of the
+// batch)? On independent data, the main row's grid forward and backward (2^20 rows) and a training step
+// of the MLP alone (bench_model's FullyFusedMLP, L2 and Adam, on 32 inputs through an Identity
+// encoding) are timed alone, then each grid pass on the caller's stream with the MLP step forked onto a
+// second stream and joined back. All eager launches timed by events around `steps` iterations (the
+// trainer replays its own graph, which cannot be captured inside another one), so the host must keep
+// ahead of the GPU: it does when the alone figures match the graph-timed rows above. A concurrent time
+// near the larger of its two parts means the GPU runs them side by side; near their sum, it does not.
+void bench_overlap(int64_t rows, const Options& o, const Stream& s, json& results) {
+    const Device dev = s.device();
+    auto record = [&](const std::string& pass, const std::vector<double>& ms) {
+        results.push_back({{"pass", pass}, {"batch", rows}, {"ms", median(ms)}, {"ms_rounds", ms}});
+        std::printf("%-34s %-13s %-14s b=%-8lld %9.4f ms\n", "overlap", pass.c_str(), "eager",
+                    static_cast<long long>(rows), median(ms));
+        std::fflush(stdout);
+    };
+    gpu_stream_t side = nullptr;
+    try {
+        const Row row{"hash3d_f2_L16_T19_fp16", 3, base_config(), DType::f16, rows, {}};
+        auto enc = create_encoding(row.n_dims, row.config, row.dtype);
+        RowData t = row_data(row, *enc, dev);
+        json mlp = model_config();
+        mlp["encoding"] = {{"otype", "Identity"}};
+        Trainer trainer(32, 16, mlp, dev);
+        Tensor xm = upload(uniform(size_t(rows) * 32, 0.0f, 1.0f, 5), rows, 32, DType::f32, dev);
+        Tensor target = upload(uniform(size_t(rows) * 16, 0.0f, 1.0f, 2), rows, 16, DType::f32, dev);
+        TNN_GPU_CHECK(gpu_stream_create_with_flags(&side, gpu_stream_non_blocking));
+        const Stream s2 = Stream::gpu(side, dev.index);
+        auto ctx = enc->forward(s, t.x.view(), t.y.view(), t.params.data(), false);
+        const auto grid_forward = [&] { enc->inference(s, t.x.view(), t.y.view(), t.params.data()); };
+        const auto grid_backward = [&] {
+            enc->backward(s, *ctx, t.x.view(), t.y.view(), t.dy.view(), nullptr, t.grads.data(), t.params.data(),
+                          GradMode::overwrite);
+        };
+        const auto mlp_step = [&](const Stream& on) { trainer.step(on, xm.view(), target.view()); };
+        const auto beside = [&](const std::function<void()>& grid_pass) {
+            gpu::stream_wait(s2, s);
+            mlp_step(s2);
+            grid_pass();
+            gpu::stream_wait(s, s2);
+        };
+        for (int i = 0; i < 5; ++i) mlp_step(s);  // the trainer captures its graph
+        s.synchronize();
+        if (trainer.graph_steps() == 0) throw Error("bench_overlap: the trainer did not replay a graph");
+        Timer timer;
+        const gpu_stream_t native = gpu::native_stream(s);
+        auto eager = [&](const std::string& pass, const std::function<void()>& once) {
+            once();
+            const double one = timer.time(native, once);
+            const int steps = std::max(5, std::min(500, static_cast<int>(std::ceil(o.round_ms / std::max(one, 1e-3)))));
+            std::vector<double> ms;
+            for (int r = 0; r < o.rounds; ++r)
+                ms.push_back(timer.time(native, [&] {
+                                 for (int i = 0; i < steps; ++i) once();
+                             }) /
+                             steps);
+            record(pass, ms);
+        };
+        eager("grid_forward", grid_forward);
+        eager("grid_backward", grid_backward);
+        eager("mlp_step", [&] { mlp_step(s); });
+        eager("forward_beside_mlp", [&] { beside(grid_forward); });
+        eager("backward_beside_mlp", [&] { beside(grid_backward); });
+        eager("forward_then_mlp", [&] {
+            grid_forward();
+            mlp_step(s);
+        });
+    } catch (const std::exception& ex) {
+        results.push_back({{"batch", rows}, {"error", ex.what()}});
+        std::printf("%-34s ERROR %s\n", "overlap", ex.what());
+    }
+    if (side) {
+        (void)gpu_stream_synchronize(side);
+        (void)gpu_stream_destroy(side);
+    }
+}
+
 // --profile train_step: one Trainer::step of tcnn's benchmark (bench_model's fused step, 2^20 rows) inside
 // the profiler's range, after the steps that capture and replay its graph.
 int profile_train_step(const Stream& s) {
@@ -619,9 +697,11 @@ int main(int argc, char** argv) {
     // tcnn's encoding + MLP training step and inference (2^18 and 2^20 rows).
     json model = json::array();
     for (int log2 : {18, 20}) bench_model(int64_t(1) << log2, o, s, model);
+    json overlap = json::array();
+    bench_overlap(int64_t(1) << 20, o, s, overlap);
     auto write = [&] {
         const json doc = {{"device", gpu_device_description(0)}, {"version", version()}, {"floors", floors},
-                          {"results", results}, {"model", model}, {"locality", locality}};
+                          {"results", results}, {"model", model}, {"locality", locality}, {"overlap", overlap}};
         std::ofstream(o.out) << doc.dump(1) << "\n";
     };
     // Last, with everything above written first: CUB's sort under graph capture is the one new thing

@@ -468,32 +468,25 @@ TEST_P(BlasLtMlpDtypes, TrainingStepAndInferenceReplayFromCapturedGraphs) {
         const std::vector<double> want_dx = dx.to(Device::cpu()).to_double_vector();
         expect_same_bits(yi.to(Device::cpu()).to_double_vector(), want_y, c.name + " eager inference vs forward");
 
-        const gpu_stream_t native = gpu::native_stream(stream);
-        gpu_graph_t graph = nullptr;
-        ASSERT_EQ(gpu_stream_begin_capture(native, gpu_stream_capture_mode_global), gpu_success);
+        TestGraph graph(stream);
         try {
             step();
         } catch (const std::exception& e) {
-            (void)gpu_stream_end_capture(native, &graph);
             FAIL() << "a warmed-up training step must be capturable: " << e.what();
         }
-        ASSERT_EQ(gpu_stream_end_capture(native, &graph), gpu_success);
-        gpu_graph_exec_t exec = nullptr;
-        ASSERT_EQ(gpu_graph_instantiate(&exec, graph), gpu_success);
+        ASSERT_TRUE(graph.end());
         for (int replay = 0; replay < 2; ++replay) {
             fill(stream, y.view(), 0.0);
             fill(stream, yi.view(), 0.0);
             fill(stream, dp.view(), 0.0);
             fill(stream, dx.view(), 0.0);
-            ASSERT_EQ(gpu_graph_launch(exec, native), gpu_success);
+            ASSERT_TRUE(graph.launch());
             stream.stream().synchronize();
             expect_same_bits(y.to(Device::cpu()).to_double_vector(), want_y, c.name + " graph replay output");
             expect_same_bits(yi.to(Device::cpu()).to_double_vector(), want_y, c.name + " graph replay inference");
             expect_same_bits(dp.to(Device::cpu()).to_double_vector(), want_dp, c.name + " graph replay dL/dparams");
             expect_same_bits(dx.to(Device::cpu()).to_double_vector(), want_dx, c.name + " graph replay dL/dinput");
         }
-        (void)gpu_graph_exec_destroy(exec);
-        (void)gpu_graph_destroy(graph);
     }
 }
 #endif  // TNN_WITH_GPU

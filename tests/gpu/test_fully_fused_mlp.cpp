@@ -582,31 +582,24 @@ TEST(FullyFusedMlpGpuProps, TrainingStepReplaysFromACapturedGraph) {
     const Tensor x = to_device(d.x, gpu), g = to_device(d.dL_dy, gpu), p = to_device(d.params, gpu);
     Tensor y(c.batch, c.n_out, net->output_dtype(), gpu), dp(1, static_cast<int64_t>(net->n_params()), DType::f16, gpu);
     Tensor dx(c.batch, c.n_in, d.x.dtype(), gpu);
-    const gpu_stream_t native = gpu::native_stream(stream);
-    gpu_graph_t graph = nullptr;
-    ASSERT_EQ(gpu_stream_begin_capture(native, gpu_stream_capture_mode_global), gpu_success);
+    TestGraph graph(stream);
     try {
         auto ctx = net->forward(stream, x.view(), y.view(), p.data(), true);
         View dx_view = dx.view();
         net->backward(stream, *ctx, x.view(), y.view(), g.view(), &dx_view, dp.data(), p.data(), GradMode::overwrite);
     } catch (const std::exception& e) {
-        (void)gpu_stream_end_capture(native, &graph);
         FAIL() << "a warmed-up training step must be capturable: " << e.what();
     }
-    ASSERT_EQ(gpu_stream_end_capture(native, &graph), gpu_success);
-    gpu_graph_exec_t exec = nullptr;
-    ASSERT_EQ(gpu_graph_instantiate(&exec, graph), gpu_success);
+    ASSERT_TRUE(graph.end());
     for (int replay = 0; replay < 2; ++replay) {
         fill(stream, y.view(), 0.0);
         fill(stream, dp.view(), 0.0);
-        ASSERT_EQ(gpu_graph_launch(exec, native), gpu_success);
+        ASSERT_TRUE(graph.launch());
         stream.stream().synchronize();
         expect_same_bits(to_floats(y), to_floats(want.y), "graph replay output");
         expect_same_bits(to_floats(dp), to_floats(want.dL_dparams), "graph replay dL/dparams");
         expect_same_bits(to_floats(dx), to_floats(want.dL_dinput), "graph replay dL/dinput");
     }
-    (void)gpu_graph_exec_destroy(exec);
-    (void)gpu_graph_destroy(graph);
 }
 #endif  // TNN_WITH_GPU
 

@@ -840,32 +840,25 @@ TEST(GridGpu, TrainingStepReplaysFromACapturedGraph) {
         const Tensor g = upload(data.dL_dy, c.batch, n_out, DType::f16, gpu);
         const Tensor p = upload(data.params, 1, n_params, DType::f16, gpu);
         Tensor y(c.batch, n_out, DType::f16, gpu), dp(1, n_params, DType::f16, gpu), dx(c.batch, c.n_dims, DType::f32, gpu);
-        const gpu_stream_t native = gpu::native_stream(stream);
-        gpu_graph_t graph = nullptr;
-        ASSERT_EQ(gpu_stream_begin_capture(native, gpu_stream_capture_mode_global), gpu_success);
+        TestGraph graph(stream);
         try {
             auto ctx = enc->forward(stream, x.view(), y.view(), p.data(), true);
             View dx_view = dx.view();
             enc->backward(stream, *ctx, x.view(), y.view(), g.view(), &dx_view, dp.data(), p.data(),
                           GradMode::overwrite);
         } catch (const std::exception& e) {
-            (void)gpu_stream_end_capture(native, &graph);
             FAIL() << "a warmed-up encoding step must be capturable: " << e.what();
         }
-        ASSERT_EQ(gpu_stream_end_capture(native, &graph), gpu_success);
-        gpu_graph_exec_t exec = nullptr;
-        ASSERT_EQ(gpu_graph_instantiate(&exec, graph), gpu_success);
+        ASSERT_TRUE(graph.end());
         for (int replay = 0; replay < 2; ++replay) {
             fill(stream, y.view(), 0.0);
             fill(stream, dp.view(), 0.0);
-            ASSERT_EQ(gpu_graph_launch(exec, native), gpu_success);
+            ASSERT_TRUE(graph.launch());
             stream.stream().synchronize();
             expect_same_bits(to_float(download(y)), to_float(want.y), "graph replay output");
             expect_same_bits(to_float(download(dp)), to_float(want.dL_dparams), "graph replay dL/dparams");
             expect_same_bits(to_float(download(dx)), to_float(want.dL_dx), "graph replay dL/dinput");
         }
-        (void)gpu_graph_exec_destroy(exec);
-        (void)gpu_graph_destroy(graph);
     }
 }
 
