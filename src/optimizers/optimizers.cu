@@ -1,9 +1,10 @@
-// Every optimizer's update on the GPU: one thread per parameter of the flat array over the rules of
-// optimizer_math.h (the CPU loops' maths, in their order of operations), reading this step's scalars
-// from device memory (optimizer_gpu.h). Compiled without FMA contraction (CMakeLists.txt), so the
-// weights and state equal the CPU's bit for bit, except where docs/gpu.md says otherwise (Novograd's
-// group norm is summed in another order; Adam's bias correction for a parameter whose own step count
-// lags the optimizer's uses the device powf).
+// Every optimizer's update on the GPU: one thread per parameter of the flat array (Adam: four, when
+// the arrays allow 16-byte accesses) over the rules of optimizer_math.h (the CPU loops' maths, in
+// their order of operations), reading this step's scalars from device memory (optimizer_gpu.h).
+// Compiled without FMA contraction (CMakeLists.txt), so the weights and state equal the CPU's bit for
+// bit, except where docs/gpu.md says otherwise (Novograd's group norm is summed in another order;
+// Adam's bias correction for a parameter whose own step count lags the optimizer's uses the device
+// powf).
 #include "optimizers/optimizer_gpu.h"
 
 #include "gpu/gpu.h"
