@@ -131,14 +131,26 @@ ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contrib
     return p;
 }
 
+// Whether `s` is outside any capture. A failed query counts as "inside" (the caller then keeps the
+// stream) and its error is cleared, so that the next launch check does not report it.
+bool outside_capture(gpu_stream_t s) {
+    gpu_stream_capture_status_t status = gpu_stream_capture_status_none;
+    if (gpu_stream_is_capturing(s, &status) == gpu_success) return status == gpu_stream_capture_status_none;
+    (void)gpu_get_last_error();
+    return false;
+}
+
 // A second stream for work beside `caller` on `device`, one per (thread, device, caller's stream),
 // created on first use. Keyed by the caller's stream because a fork puts the side stream into the
 // caller's capture until that capture ends: one side stream shared by two streams of a thread would make
 // a second capture (or an eager backward on another stream) wait on an event from outside its own
-// capture, which CUDA refuses. A thread keeps at most kSideStreams of them; beyond that the least recently
-// used one that is not inside a capture is destroyed (destroying a stream with queued work is allowed:
-// the work completes first). A destroyed caller's handle may be reused by a new stream: its side stream
-// then serves the new one, which is correct, since the old stream can no longer be capturing.
+// capture, which CUDA refuses. A thread keeps kSideStreams of them; past that, a call from a stream
+// that is not capturing destroys the least recently used ones that are outside any capture (a
+// capturing caller only adds one, so that no stream is destroyed during its capture). Destroying a
+// stream with queued work is allowed: the work completes first. At thread exit, side streams still
+// inside a capture are left to the capture's owner (destroying one would cut its branch out of the
+// graph). A destroyed caller's handle may be reused by a new stream: its side stream then serves the
+// new one, which is correct, since the old stream can no longer be capturing.
 constexpr size_t kSideStreams = 8;
 gpu_stream_t side_stream(int device, gpu_stream_t caller) {
     struct Side {
@@ -148,7 +160,8 @@ gpu_stream_t side_stream(int device, gpu_stream_t caller) {
     struct Streams {
         std::vector<Side> recent;  // least recently used first
         ~Streams() {
-            for (const Side& s : recent) (void)gpu_stream_destroy(s.side);
+            for (const Side& s : recent)
+                if (outside_capture(s.side)) (void)gpu_stream_destroy(s.side);
         }
     };
     thread_local Streams streams;
@@ -160,15 +173,14 @@ gpu_stream_t side_stream(int device, gpu_stream_t caller) {
             recent.push_back(found);
             return found.side;
         }
-    if (recent.size() >= kSideStreams)
-        for (size_t i = 0; i < recent.size(); ++i) {
-            gpu_stream_capture_status_t status = gpu_stream_capture_status_none;
-            if (gpu_stream_is_capturing(recent[i].side, &status) != gpu_success ||
-                status != gpu_stream_capture_status_none)
+    if (recent.size() >= kSideStreams && outside_capture(caller))
+        for (size_t i = 0; i < recent.size() && recent.size() >= kSideStreams;) {
+            if (!outside_capture(recent[i].side)) {
+                ++i;
                 continue;
-            (void)gpu_stream_destroy(recent[i].side);
+            }
+            if (gpu_stream_destroy(recent[i].side) != gpu_success) (void)gpu_get_last_error();
             recent.erase(recent.begin() + static_cast<std::ptrdiff_t>(i));
-            break;
         }
     Side added{device, caller, nullptr};
     TNN_GPU_CHECK(gpu_stream_create_with_flags(&added.side, gpu_stream_non_blocking));

@@ -673,6 +673,7 @@ TEST(GridGpu, BackwardCapturedOnANewThreadReplays) {
 // streams for (kSideStreams = 8 in grid.cu), so that the least recently used are replaced, never one
 // inside an open capture. Every eager result and every replay gives the first eager result (bits on the
 // deterministic path). Relaxed capture mode: the eager calls' temporary memory may come from the driver.
+// Then a capture in global mode past the kept number of side streams.
 TEST(GridGpu, SideStreamsFollowTheCallersStream) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
@@ -731,6 +732,19 @@ TEST(GridGpu, SideStreamsFollowTheCallersStream) {
                 expect_replay(download(dps[i]), want, det, c.batch, msg("replay of capture ", i));
             }
         }
+        // A capture in the default (global) mode on yet another stream, the thread now holding the most
+        // side streams it keeps: a capturing caller adds one and destroys none during its capture.
+        TestStream late(gpu);
+        TestGraph graph(late);
+        {
+            auto ctx = enc->forward(late, x.view(), y0.view(), p.data(), false);
+            enc->backward(late, *ctx, x.view(), y0.view(), g.view(), nullptr, dp0.data(), p.data(), GradMode::overwrite);
+        }
+        ASSERT_TRUE(graph.end());
+        fill(late, dp0.view(), 3.0);
+        ASSERT_TRUE(graph.launch());
+        late.stream().synchronize();
+        expect_replay(download(dp0), want, det, c.batch, "replay of a global-mode capture past the kept side streams");
     }
 }
 

@@ -10,6 +10,7 @@
 #include "optimizers/optimizer_impl.h"
 
 #include <cstring>
+#include <limits>
 #include <tuple>
 
 using namespace tnn;
@@ -373,6 +374,62 @@ TEST(GpuOptimizerEdges, NoParametersIsANoOp) {
         opt->step(stream, 1.0f, nullptr, nullptr, DType::f32, nullptr, DType::f32);
         stream.stream().synchronize();
         EXPECT_EQ(opt->step_count(), 2u) << otype;
+    }
+}
+
+// Adam's four-parameter kernel against its one-parameter kernel, which the same arrays shifted by one
+// element take (misaligned for 16-byte units): the same bits after three steps for gradients that are
+// zero (skipped), NaN, or nonzero but zero once divided by the loss scale, with the matrix / non-matrix
+// boundary inside a quad, below one quad and with a tail.
+TEST(GpuOptimizerEdges, AdamQuadsMatchOneParameterPerThread) {
+    TNN_SKIP_WITHOUT_GPU();
+    const Device gpu = Device::gpu(0);
+    constexpr float kLossScale = 4.0f;
+    for (size_t n : {size_t(3), size_t(4), size_t(1001)}) {
+        SCOPED_TRACE(msg("n = ", n));
+        const size_t n_matrix = n / 2 + 1;  // 2, 3, 501: inside the first quad for the small sizes
+        const std::vector<double> w0 = random_vector(n, -0.5, 0.5, 11), g0 = random_vector(n, -0.05, 0.05, 12);
+        std::vector<float> w(w0.begin(), w0.end()), g(g0.begin(), g0.end());
+        for (size_t i = n_matrix; i < n; i += 3) g[i] = 0.0f;
+        if (n > 4) {
+            g[n_matrix + 1] = std::numeric_limits<float>::denorm_min();  // 0 once divided by the loss scale
+            g[n - 2] = std::numeric_limits<float>::quiet_NaN();
+        }
+        struct Result {
+            std::vector<float> w32;
+            std::vector<double> weights;
+            std::vector<StateBlob> state;
+        };
+        auto run = [&](size_t offset) {
+            TestStream stream(gpu);
+            std::vector<float> padded_w(offset, 0.0f), padded_g(offset, 0.0f);
+            padded_w.insert(padded_w.end(), w.begin(), w.end());
+            padded_g.insert(padded_g.end(), g.begin(), g.end());
+            const auto cols = static_cast<int64_t>(n + offset);
+            Tensor w32 = from_floats(padded_w, 1, cols, gpu), grads = from_floats(padded_g, 1, cols, gpu);
+            Tensor half(1, cols, DType::f16);
+            convert(Stream::cpu(), ConstView(padded_w.data(), DType::f32, Device::cpu(), 1, cols), half.view());
+            Tensor weights = half.to(gpu);
+            auto opt = create_optimizer({{"otype", "Adam"}, {"learning_rate", 1e-2}});
+            opt->allocate(gpu, n, n_matrix);
+            for (int step = 0; step < 3; ++step)
+                opt->step(stream, kLossScale, w32.ptr<float>() + offset,
+                          static_cast<char*>(weights.data()) + offset * dtype_size(DType::f16), DType::f16,
+                          grads.ptr<float>() + offset, DType::f32);
+            stream.stream().synchronize();
+            Result r;
+            const std::vector<float> all_w = to_floats(w32);
+            const std::vector<double> all_h = weights.to(Device::cpu()).to_double_vector();
+            r.w32.assign(all_w.begin() + static_cast<std::ptrdiff_t>(offset), all_w.end());
+            r.weights.assign(all_h.begin() + static_cast<std::ptrdiff_t>(offset), all_h.end());
+            r.state = opt->state(stream);
+            return r;
+        };
+        const Result quads = run(0), singles = run(1);
+        expect_same_bits(quads.w32, singles.w32, "fp32 weights");
+        expect_same_bits(std::vector<float>(quads.weights.begin(), quads.weights.end()),
+                         std::vector<float>(singles.weights.begin(), singles.weights.end()), "fp16 weights");
+        expect_same_state(quads.state, singles.state, true, "Adam state");
     }
 }
 
