@@ -109,6 +109,24 @@ __global__ void bench_gather16_kernel(const uint4* __restrict__ table, uint32_t 
     sink[t] = acc;
 }
 
+// The same gathers from a persistent grid of one 256-thread block per SM, the shape of the fused MLP
+// kernels (bench/notes_grid.md section 7): each thread issues U independent loads, then uses them, for
+// `rounds` rounds. Whether a grid forward inside such a kernel could still gather at the floor's rate.
+template <int U>
+__global__ void bench_gather16_persistent_kernel(const uint4* __restrict__ table, uint32_t n_chunks, int rounds,
+                                                 uint32_t* __restrict__ sink) {
+    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t acc = 0;
+    for (int r = 0; r < rounds; ++r) {
+        uint4 q[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) q[u] = table[mix(t * 4096u + uint32_t(r * U + u)) % n_chunks];
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc ^= q[u].x ^ q[u].w;
+    }
+    sink[t] = acc;
+}
+
 // Random reductions into a slice of n_slots 16-byte slots: v4 / v2 / scalar fp32, u64 (the
 // deterministic path's), half2 (tcnn's).
 template <int KIND>
@@ -162,6 +180,27 @@ json measure_floors(const Stream& s) {
                 TNN_GPU_CHECK_LAUNCH("bench_gather16_kernel");
             }));
         f["gather16_per_s"] = double(blocks) * threads * per_thread / (best * 1e-3);
+        // At the fused MLP kernels' occupancy: one block of 256 threads per SM, U loads in flight each.
+        gpu_device_prop_t prop{};
+        TNN_GPU_CHECK(gpu_get_device_properties(&prop, s.device().index));
+        const int sms = prop.multiProcessorCount;
+        auto persistent = [&](auto u) {
+            constexpr int U = decltype(u)::value;
+            const int rounds = std::max(1, static_cast<int>((int64_t(1) << 26) / (int64_t(sms) * threads * U)));
+            double fastest = 1e30;
+            for (int i = 0; i < 5; ++i)
+                fastest = std::min(fastest, timer.time(native, [&] {
+                    bench_gather16_persistent_kernel<U><<<sms, threads, 0, native>>>(table.ptr<uint4>(), n_chunks,
+                                                                                      rounds, sink.ptr<uint32_t>());
+                    TNN_GPU_CHECK_LAUNCH("bench_gather16_persistent_kernel");
+                }));
+            f["gather16_per_s_1x256_per_sm_" + std::to_string(U) + "_in_flight"] =
+                double(sms) * threads * rounds * U / (fastest * 1e-3);
+        };
+        persistent(std::integral_constant<int, 1>{});
+        persistent(std::integral_constant<int, 4>{});
+        persistent(std::integral_constant<int, 8>{});
+        persistent(std::integral_constant<int, 16>{});
     }
     // Random reductions into a 4 MiB slice (one level's fp32 gradient: 2^19 x 2 x 4 bytes) and, for
     // comparison, into 64 MiB (all 16 levels at once: does not stay in L2 next to everything else).
