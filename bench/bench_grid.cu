@@ -702,14 +702,8 @@ int main(int argc, char** argv) {
     // the groups' size (16 MiB of accumulators by default).
     bench_row(bwd, o, s, results, variant([](auto& v) { v.level_major_grads = 1; }), "level_major_grads");
     bench_row(bwd, o, s, results, variant([](auto& v) { v.overlap_shared = 0; }), "no_overlap");
-    // Twelfth session: dL/dy of a (row, level) as one load (on) against a load per value; the forward as
-    // a persistent launch of 4, 8 or 16 blocks of 256 threads per SM looping over the row blocks (run
-    // 69: gathers from one block per SM reached 137 G/s against the floor kernel's 122).
+    // Twelfth session: dL/dy of a (row, level) as one load (on) against a load per value.
     bench_row(bwd, o, s, results, variant([](auto& v) { v.vector_grad_loads = 0; }), "per_value_grad_loads");
-    const int sms = gpu::device_properties(s.device().index).sm_count;
-    for (int per_sm : {4, 8, 16})
-        bench_row(fwd, o, s, results, variant([&](auto& v) { v.forward_max_blocks = int64_t(per_sm) * sms; }),
-                  "forward_persistent_" + std::to_string(per_sm) + "_per_sm");
     bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 1; }), "fast_corner_lanes");
     bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 1; }), "det_feature_lanes");
     for (int mib : {8, 32})

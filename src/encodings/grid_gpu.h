@@ -195,8 +195,6 @@ void backward_backward_input(const GridDesc& g, const Stream& stream, ConstView 
 struct Variant {
     int chunked_loads = -1;   // forward: 16-byte loads shared by x-neighbour corners (0: one load per value)
     int forward_threads = 0;  // threads per forward block (0: 256)
-    int64_t forward_max_blocks = 0;  // forward: at most this many blocks, each looping over row blocks
-                                     // (a persistent launch; 0: one block per row block)
     int shared_kib = -1;      // gradient: shared memory per block for small levels (-1: 48 KiB, no opt-in;
                               // 0: no shared-memory levels; more: opt in, up to the device's maximum)
     int vector_atomics = -1;  // fast gradient: sm_90 v2/v4 float reductions (0: scalar)

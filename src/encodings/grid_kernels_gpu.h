@@ -249,8 +249,6 @@ template <uint32_t N> constexpr int kUnroll = N <= 8 ? static_cast<int>(N) : 2;
 // y[row, level * F + f] = sum_c W_c V_c[f] in corner order with fma (the CPU reference's order), or the
 // lower vertex's value for Nearest; 0 for switched-off levels. Block: rows_per_block * n_levels threads;
 // dynamic shared memory: the level table (n_levels entries: the rest of the SM's 256 KiB stays L1).
-// Block b takes the row blocks b, b + gridDim.x, ...: one each when the launch covers every row block
-// (the default), several in a persistent launch (Variant::forward_max_blocks).
 template <typename T, uint32_t D, uint32_t F, bool CHUNKED>
 __global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t rows_per_block,
                                     const float* __restrict__ x, int64_t x_stride, const T* __restrict__ params,
@@ -259,38 +257,37 @@ __global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t r
     for (uint32_t i = threadIdx.x; i < a.n_levels; i += blockDim.x) levels[i] = a.levels[i];
     __syncthreads();
     const uint32_t local_row = threadIdx.x / a.n_levels, level = threadIdx.x - local_row * a.n_levels;
-    if (local_row >= rows_per_block) return;
-    const int64_t row_step = int64_t(gridDim.x) * rows_per_block;
-    for (int64_t row = int64_t(blockIdx.x) * rows_per_block + local_row; row < rows; row += row_step) {
-        float out[F];
-        TNN_UNROLL
-        for (uint32_t f = 0; f < F; ++f) out[f] = 0.0f;
-        if (level < a.n_active) {
-            const LevelInfo L = levels[level];
-            const T* __restrict__ V = params + size_t(L.offset) * F;
-            const auto interp = static_cast<Interpolation>(a.interpolation);
-            const Located<D> p = locate<D>(x + row * x_stride, L.scale, interp);
-            const CornerTerms<D> t = corner_terms<D>(L, p.cell, a.factors);
-            if (interp == Interpolation::Nearest) {
-                load_entry<T, F>(V, corner_entry<D>(a, L, t, p.cell, 0), out);
-            } else {
-                constexpr uint32_t kPairs = 1u << (D - 1);
+    const int64_t row = int64_t(blockIdx.x) * rows_per_block + local_row;
+    if (local_row >= rows_per_block || row >= rows) return;
+
+    float out[F];
+    TNN_UNROLL
+    for (uint32_t f = 0; f < F; ++f) out[f] = 0.0f;
+    if (level < a.n_active) {
+        const LevelInfo L = levels[level];
+        const T* __restrict__ V = params + size_t(L.offset) * F;
+        const auto interp = static_cast<Interpolation>(a.interpolation);
+        const Located<D> p = locate<D>(x + row * x_stride, L.scale, interp);
+        const CornerTerms<D> t = corner_terms<D>(L, p.cell, a.factors);
+        if (interp == Interpolation::Nearest) {
+            load_entry<T, F>(V, corner_entry<D>(a, L, t, p.cell, 0), out);
+        } else {
+            constexpr uint32_t kPairs = 1u << (D - 1);
 #pragma unroll(kUnroll<kPairs>)
-                for (uint32_t pair = 0; pair < kPairs; ++pair) {
-                    const uint32_t c0 = pair << 1, c1 = c0 | 1u;
-                    float v0[F], v1[F];
-                    load_pair<T, F, CHUNKED>(V, corner_entry<D>(a, L, t, p.cell, c0), corner_entry<D>(a, L, t, p.cell, c1),
-                                             v0, v1);
-                    const float W0 = corner_weight<D>(p.w, c0), W1 = corner_weight<D>(p.w, c1);
-                    TNN_UNROLL
-                    for (uint32_t f = 0; f < F; ++f) out[f] = fmaf(W0, v0[f], out[f]);
-                    TNN_UNROLL
-                    for (uint32_t f = 0; f < F; ++f) out[f] = fmaf(W1, v1[f], out[f]);
-                }
+            for (uint32_t pair = 0; pair < kPairs; ++pair) {
+                const uint32_t c0 = pair << 1, c1 = c0 | 1u;
+                float v0[F], v1[F];
+                load_pair<T, F, CHUNKED>(V, corner_entry<D>(a, L, t, p.cell, c0), corner_entry<D>(a, L, t, p.cell, c1),
+                                         v0, v1);
+                const float W0 = corner_weight<D>(p.w, c0), W1 = corner_weight<D>(p.w, c1);
+                TNN_UNROLL
+                for (uint32_t f = 0; f < F; ++f) out[f] = fmaf(W0, v0[f], out[f]);
+                TNN_UNROLL
+                for (uint32_t f = 0; f < F; ++f) out[f] = fmaf(W1, v1[f], out[f]);
             }
         }
-        store_entry<T, F>(y + row * y_stride + size_t(level) * F, out, vec_store);
     }
+    store_entry<T, F>(y + row * y_stride + size_t(level) * F, out, vec_store);
 }
 
 // ---- parameter gradient ---------------------------------------------------------------------------
@@ -1060,9 +1057,8 @@ struct Call {
 // the features per level at run time (void pointers: float, gpu_half or gpu_bf16 by `dtype`).
 // make_launchers<D> fills it; instantiations/grid_d<D>.cu compiles it, grid.cu picks the table by D.
 struct Launchers {
-    // max_blocks: at most that many blocks, each looping over row blocks (0: one block per row block).
     void (*forward)(const Call&, DType, uint32_t n_features, const void* params, void* y, int64_t y_stride,
-                    bool vec_store, bool chunked, uint32_t threads, int64_t max_blocks);
+                    bool vec_store, bool chunked, uint32_t threads);
     // Global-atomic parameter gradient of the listed levels (second: weights E_c of the second-order pass).
     void (*param_grad_float)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
                              int64_t v_stride, const void* g, GradLayout g_layout, const FloatSink&);
@@ -1157,14 +1153,12 @@ void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, c
 template <uint32_t D> Launchers make_launchers() {
     Launchers l;
     l.forward = [](const Call& c, DType dtype, uint32_t n_features, const void* params, void* y, int64_t y_stride,
-                   bool vec_store, bool chunked, uint32_t threads, int64_t max_blocks) {
+                   bool vec_store, bool chunked, uint32_t threads) {
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
             const uint32_t rows_per_block = threads / c.args->n_levels > 0 ? threads / c.args->n_levels : 1;
-            int64_t blocks = gpu::ceil_div<int64_t>(c.rows, rows_per_block);
-            if (max_blocks > 0 && max_blocks < blocks) blocks = max_blocks;
-            const dim3 grid(static_cast<unsigned>(blocks));
+            const dim3 grid(static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, rows_per_block)));
             const unsigned block = rows_per_block * c.args->n_levels;
             const T* p = static_cast<const T*>(params);
             T* out = static_cast<T*>(y);
