@@ -54,7 +54,7 @@ struct LevelList {
 // its rows' values contiguously instead of one 32-byte sector of every row per level.
 struct GradLayout {
     int64_t row_stride, level_stride;
-    // A (row, level)'s F values start aligned to GradWords (Variant::vector_grad_loads): one load each.
+    // A (row, level)'s F values start aligned to gpu::Packed<T, F> (Variant::vector_grad_loads): one load each.
     bool vec = false;
     __host__ __device__ int64_t at(int64_t row, uint32_t level) const { return row * row_stride + level * level_stride; }
 };
@@ -530,18 +530,12 @@ __device__ __forceinline__ void load_gradient(const T* __restrict__ g, int64_t r
     TNN_UNROLL
     for (uint32_t f = 0; f < F; ++f) out[f] = to_acc(g[row * stride + size_t(level) * F + f]);
 }
-// The F values of a (row, level) as one aligned unit: one load instruction up to 16 bytes (two for F = 8
-// fp32), instead of F.
-template <typename T, uint32_t F>
-struct alignas(sizeof(T) * F < 16 ? sizeof(T) * F : 16) GradWords {
-    T v[F];
-};
 template <typename T, uint32_t F>
 __device__ __forceinline__ void load_gradient(const T* __restrict__ g, const GradLayout& layout, int64_t row,
                                               uint32_t level, float (&out)[F]) {
     const T* __restrict__ p = g + layout.at(row, level);
     if (F > 1 && layout.vec) {
-        const GradWords<T, F> w = *reinterpret_cast<const GradWords<T, F>*>(p);
+        const gpu::Packed<T, F> w = *reinterpret_cast<const gpu::Packed<T, F>*>(p);  // one load, not F
         TNN_UNROLL
         for (uint32_t f = 0; f < F; ++f) out[f] = to_acc(w.v[f]);
         return;

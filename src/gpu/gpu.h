@@ -211,6 +211,15 @@ namespace tnn::gpu {
 template <typename T> TNN_HD constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
 template <typename T> TNN_HD constexpr T round_up(T a, T b) { return ceil_div(a, b) * b; }
 
+// ---- Vector memory accesses.
+// N values of T as one unit aligned to its size, at most 16 bytes: loading or storing one is a single
+// vector instruction (two for 32 bytes). A pointer may be read as Packed<T, N> only where
+// aligned(p, alignof(Packed<T, N>)).
+template <typename T, uint32_t N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Packed {
+    T v[N];
+};
+inline bool aligned(const void* p, size_t alignment) { return reinterpret_cast<uintptr_t>(p) % alignment == 0; }
+
 // Grid-stride elementwise kernels: kElementwiseThreads per block and at most kMaxElementwiseBlocks
 // blocks, plenty to fill any device and within every vendor's grid limit.
 constexpr int kElementwiseThreads = 256;

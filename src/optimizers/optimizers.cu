@@ -10,7 +10,6 @@
 #include "gpu/gpu.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <cstring>
 
 namespace tnn::optimizer_gpu {
@@ -56,12 +55,8 @@ __global__ void adam_step_kernel(const AdamScalars* __restrict__ scalars, float 
 }
 
 // Four consecutive values as one unit: one load or store of up to 16 bytes (two for fp64).
-template <typename T> struct alignas(4 * sizeof(T) < 16 ? 4 * sizeof(T) : 16) Quad {
-    T v[4];
-};
-template <typename T> bool quad_aligned(const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % alignof(Quad<T>) == 0;
-}
+template <typename T> using Quad = gpu::Packed<T, 4>;
+template <typename T> bool quad_aligned(const void* p) { return gpu::aligned(p, alignof(Quad<T>)); }
 
 // adam_step_kernel four parameters per thread, for arrays that all start at a Quad boundary: each
 // array moves in 16-byte units, so that more bytes are in flight per thread (the step is bound by
