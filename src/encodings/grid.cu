@@ -50,7 +50,7 @@ KernelArgs make_args(const GridDesc& g, uint32_t n_active) {
     return a;
 }
 
-bool aligned(const void* p, size_t alignment) { return reinterpret_cast<uintptr_t>(p) % alignment == 0; }
+using gpu::aligned;
 
 // The forward's 16-byte chunk loads need every level to start on and span whole 16-byte chunks.
 bool chunk_layout(const GridDesc& g) {
@@ -81,8 +81,7 @@ struct ReductionPlan {
 // to the device's opt-in maximum, 227 KiB on sm_90) or for none (0). Opting in was measured slower on
 // the H200 (main row at 2^20: backward 1.76 ms with 227 KiB, 1.24 ms with 48 KiB): fewer blocks per SM
 // hide less of the global atomics' latency, and the levels it adds have few rows per entry.
-size_t shared_budget(const Stream& stream) {
-    const Variant v = variant();
+size_t shared_budget(const Stream& stream, const Variant& v) {
     if (v.shared_kib == 0) return 0;
     if (v.shared_kib < 0) return kSharedBytes;
     const size_t optin = gpu::device_properties(stream.device().index).smem_per_block_optin;
@@ -229,8 +228,9 @@ class Beside {
 // reductions stay in L2 together (the H200's 50 MB) next to x and dL/dy. The main row: 4 levels of
 // 4 MiB per group in fp32, 2 of 8 MiB in fixed point.
 constexpr size_t kLevelGroupBytes = size_t(16) << 20;
-std::vector<LevelList> level_groups(const GridDesc& desc, const LevelList& list, size_t entry_bytes) {
-    const int kib = variant().level_group_kib;
+std::vector<LevelList> level_groups(const GridDesc& desc, const LevelList& list, size_t entry_bytes,
+                                    const Variant& v) {
+    const int kib = v.level_group_kib;
     const size_t limit = kib > 0 ? static_cast<size_t>(kib) << 10 : kLevelGroupBytes;
     std::vector<LevelList> groups;
     size_t bytes = 0;
@@ -246,8 +246,8 @@ std::vector<LevelList> level_groups(const GridDesc& desc, const LevelList& list,
     return groups;
 }
 
-bool overlap_shared(const ReductionPlan& plan) {
-    return plan.shared.count > 0 && plan.global.count > 0 && variant().overlap_shared != 0;
+bool overlap_shared(const ReductionPlan& plan, const Variant& v) {
+    return plan.shared.count > 0 && plan.global.count > 0 && v.overlap_shared != 0;
 }
 
 // Where the parameter-gradient passes read dL/dy: the caller's rows, or (Variant::level_major_grads =
@@ -256,10 +256,10 @@ bool overlap_shared(const ReductionPlan& plan) {
 // row at 2^20, runs 60 and 61): the copy costs 0.06 ms and the passes gain less than that (fast
 // backward 1.164 ms with it, 1.144 without; deterministic 2.042 with, 2.012 without), so it is off.
 GradLayout rows_or_level_major(const GridDesc& desc, const Call& c, const Stream& stream, ConstView g,
-                               uint32_t n_contributing, Tensor& copy, const void*& data) {
+                               uint32_t n_contributing, const Variant& v, Tensor& copy, const void*& data) {
     const uint32_t F = desc.n_features;
     data = g.data;
-    if (variant().level_major_grads <= 0 || n_contributing == 0 || c.rows == 0) return GradLayout{g.stride, F};
+    if (v.level_major_grads <= 0 || n_contributing == 0 || c.rows == 0) return GradLayout{g.stride, F};
     copy = Tensor::temporary(stream, c.rows, static_cast<int64_t>(n_contributing) * F, desc.dtype);
     // Words: the widest of 16, 8, 4 and 2 bytes that divides an entry, the rows' start and their stride.
     const size_t entry = F * dtype_size(desc.dtype), stride_bytes = static_cast<size_t>(g.stride) * dtype_size(desc.dtype);
@@ -291,12 +291,12 @@ GradLayout rows_or_level_major(const GridDesc& desc, const Call& c, const Stream
 }
 
 // The layout, with GradLayout::vec set where every (row, level)'s F values start aligned to their
-// GradWords unit (Variant::vector_grad_loads; F > 1).
+// gpu::Packed unit (Variant::vector_grad_loads; F > 1).
 GradLayout gradient_layout(const GridDesc& desc, const Call& c, const Stream& stream, ConstView g,
-                           uint32_t n_contributing, Tensor& copy, const void*& data) {
-    GradLayout layout = rows_or_level_major(desc, c, stream, g, n_contributing, copy, data);
+                           uint32_t n_contributing, const Variant& v, Tensor& copy, const void*& data) {
+    GradLayout layout = rows_or_level_major(desc, c, stream, g, n_contributing, v, copy, data);
     const size_t size = dtype_size(desc.dtype), unit = std::min<size_t>(16, desc.n_features * size);
-    layout.vec = variant().vector_grad_loads != 0 && desc.n_features > 1 && aligned(data, unit) &&
+    layout.vec = v.vector_grad_loads != 0 && desc.n_features > 1 && aligned(data, unit) &&
                  (static_cast<size_t>(layout.row_stride) * size) % unit == 0 &&
                  (static_cast<size_t>(layout.level_stride) * size) % unit == 0;
     return layout;
@@ -319,7 +319,8 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     const bool deterministic = desc.deterministic || tnn::deterministic();
     Tensor g_copy;
     const void* g_data = nullptr;
-    const GradLayout gl = gradient_layout(desc, c, stream, g, n_contributing, g_copy, g_data);
+    const Variant var = variant();  // once per call: each read takes a lock
+    const GradLayout gl = gradient_layout(desc, c, stream, g, n_contributing, var, g_copy, g_data);
     if (!deterministic) {
         // fp32 atomics: straight into an fp32 gradient, else into fp32 scratch converted at the end.
         const bool direct = desc.dtype == DType::f32;
@@ -331,11 +332,10 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         }
         if (!direct || !accumulate) zero(stream, acc, n * sizeof(float));
         const ReductionPlan plan =
-            plan_reduction(desc, c.rows, n_contributing, second, sizeof(float), shared_budget(stream));
-        Beside beside(stream, c, overlap_shared(plan));
+            plan_reduction(desc, c.rows, n_contributing, second, sizeof(float), shared_budget(stream, var));
+        Beside beside(stream, c, overlap_shared(plan, var));
         L.param_grad_shared_float(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item,
                                   plan.rows_per_block, plan.shared_bytes, g_data, gl, acc);
-        const Variant var = variant();
         const FloatSink sink{acc, var.vector_atomics != 0};
         // Automatic: a thread per (row, corner) over groups of levels, or per (row, level) when one
         // corner receives all.
@@ -345,7 +345,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         } else if (mapping == 1) {
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         } else {
-            for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(float)))
+            for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(float), var))
                 L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, sink);
         }
         beside.join();
@@ -369,11 +369,11 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     zero(stream, acc, n * sizeof(unsigned long long));
     zero(stream, level_buffer.data(), level_buffer.bytes());
     const ReductionPlan plan =
-        plan_reduction(desc, c.rows, n_contributing, second, sizeof(unsigned long long), shared_budget(stream));
+        plan_reduction(desc, c.rows, n_contributing, second, sizeof(unsigned long long), shared_budget(stream, var));
     L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_bits);
     grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
     TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
-    Beside beside(stream, c, overlap_shared(plan));
+    Beside beside(stream, c, overlap_shared(plan, var));
     L.param_grad_shared_fixed(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
                               plan.shared_bytes, g_data, gl, acc, exponents);
     // Integer reductions have no vector form: threads per feature (and corner) put an entry's words on
@@ -381,10 +381,10 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     // (row, feature) over groups of levels when F > 1, per (row, level, corner, feature) when F = 1, per
     // (row, level) when one corner receives all. Run 62 (H200, main row at 2^20): a thread per (row,
     // level, feature) 2.010 ms, per (row, level, corner, feature) 2.221 ms, per (row, level) 2.896 ms.
-    int mapping = variant().det_mapping;
+    int mapping = var.det_mapping;
     if (mapping < 0) mapping = F > 1 ? 3 : one_corner ? 0 : 2;
     if (mapping == 3 && F > 1) {
-        for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(unsigned long long)))
+        for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(unsigned long long), var))
             L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc, exponents);
     } else if (mapping == 2) {
         if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
