@@ -150,6 +150,13 @@ __global__ void bench_red_kernel(float* __restrict__ slots, uint32_t n_slots, in
     }
 }
 
+// The fastest of `tries` timings of what f enqueues (the floors want the hardware's best rate).
+template <typename F> double fastest_of(Timer& timer, gpu_stream_t native, int tries, F&& f) {
+    double best = 1e30;
+    for (int i = 0; i < tries; ++i) best = std::min(best, timer.time(native, f));
+    return best;
+}
+
 json measure_floors(const Stream& s) {
     const gpu_stream_t native = gpu::native_stream(s);
     Timer timer;
@@ -159,11 +166,9 @@ json measure_floors(const Stream& s) {
         const size_t bytes = size_t(1) << 30;
         Buffer a(s.device(), bytes), b(s.device(), bytes);
         TNN_GPU_CHECK(gpu_memset_async(a.data(), 0, bytes, native));
-        double best = 1e30;
-        for (int i = 0; i < 5; ++i)
-            best = std::min(best, timer.time(native, [&] {
-                TNN_GPU_CHECK(gpu_memcpy_async(b.data(), a.data(), bytes, gpu_memcpy_default, native));
-            }));
+        const double best = fastest_of(timer, native, 5, [&] {
+            TNN_GPU_CHECK(gpu_memcpy_async(b.data(), a.data(), bytes, gpu_memcpy_default, native));
+        });
         f["copy_bytes_per_s"] = 2.0 * bytes / (best * 1e-3);
     }
     // Random 16-byte gathers from a 32 MiB table (the grid's 16 levels x 2^19 x 4 bytes).
@@ -172,28 +177,22 @@ json measure_floors(const Stream& s) {
         Buffer table(s.device(), size_t(n_chunks) * 16), sink(s.device(), size_t(1) << 24);
         TNN_GPU_CHECK(gpu_memset_async(table.data(), 1, table.bytes(), native));
         const int per_thread = 16, threads = 256, blocks = (1 << 22) / threads;
-        double best = 1e30;
-        for (int i = 0; i < 5; ++i)
-            best = std::min(best, timer.time(native, [&] {
-                bench_gather16_kernel<<<blocks, threads, 0, native>>>(table.ptr<uint4>(), n_chunks, per_thread,
-                                                                      sink.ptr<uint32_t>());
-                TNN_GPU_CHECK_LAUNCH("bench_gather16_kernel");
-            }));
+        const double best = fastest_of(timer, native, 5, [&] {
+            bench_gather16_kernel<<<blocks, threads, 0, native>>>(table.ptr<uint4>(), n_chunks, per_thread,
+                                                                  sink.ptr<uint32_t>());
+            TNN_GPU_CHECK_LAUNCH("bench_gather16_kernel");
+        });
         f["gather16_per_s"] = double(blocks) * threads * per_thread / (best * 1e-3);
         // At the fused MLP kernels' occupancy: one block of 256 threads per SM, U loads in flight each.
-        gpu_device_prop_t prop{};
-        TNN_GPU_CHECK(gpu_get_device_properties(&prop, s.device().index));
-        const int sms = prop.multiProcessorCount;
+        const int sms = gpu::device_properties(s.device().index).sm_count;
         auto persistent = [&](auto u) {
             constexpr int U = decltype(u)::value;
             const int rounds = std::max(1, static_cast<int>((int64_t(1) << 26) / (int64_t(sms) * threads * U)));
-            double fastest = 1e30;
-            for (int i = 0; i < 5; ++i)
-                fastest = std::min(fastest, timer.time(native, [&] {
-                    bench_gather16_persistent_kernel<U><<<sms, threads, 0, native>>>(table.ptr<uint4>(), n_chunks,
-                                                                                      rounds, sink.ptr<uint32_t>());
-                    TNN_GPU_CHECK_LAUNCH("bench_gather16_persistent_kernel");
-                }));
+            const double fastest = fastest_of(timer, native, 5, [&] {
+                bench_gather16_persistent_kernel<U><<<sms, threads, 0, native>>>(table.ptr<uint4>(), n_chunks, rounds,
+                                                                                  sink.ptr<uint32_t>());
+                TNN_GPU_CHECK_LAUNCH("bench_gather16_persistent_kernel");
+            });
             f["gather16_per_s_1x256_per_sm_" + std::to_string(U) + "_in_flight"] =
                 double(sms) * threads * rounds * U / (fastest * 1e-3);
         };
@@ -211,18 +210,16 @@ json measure_floors(const Stream& s) {
         const uint32_t n_slots = static_cast<uint32_t>(slice / 16);
         const int per_thread = 8, threads = 256, blocks = (1 << 22) / threads;
         for (int kind = 0; kind < 5; ++kind) {
-            double best = 1e30;
-            for (int i = 0; i < 5; ++i)
-                best = std::min(best, timer.time(native, [&] {
-                    switch (kind) {
-                        case 0: bench_red_kernel<0><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
-                        case 1: bench_red_kernel<1><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
-                        case 2: bench_red_kernel<2><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
-                        case 3: bench_red_kernel<3><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
-                        default: bench_red_kernel<4><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread);
-                    }
-                    TNN_GPU_CHECK_LAUNCH("bench_red_kernel");
-                }));
+            const double best = fastest_of(timer, native, 5, [&] {
+                switch (kind) {
+                    case 0: bench_red_kernel<0><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
+                    case 1: bench_red_kernel<1><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
+                    case 2: bench_red_kernel<2><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
+                    case 3: bench_red_kernel<3><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread); break;
+                    default: bench_red_kernel<4><<<blocks, threads, 0, native>>>(slots.ptr<float>(), n_slots, per_thread);
+                }
+                TNN_GPU_CHECK_LAUNCH("bench_red_kernel");
+            });
             f[std::string(names[kind]) + (slice > (size_t(8) << 20) ? "_64MiB" : "")] =
                 double(blocks) * threads * per_thread / (best * 1e-3);
         }
@@ -516,7 +513,7 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
 // batch)? On independent data, the main row's grid forward and backward (2^20 rows) and a training step
 // of the MLP alone (bench_model's FullyFusedMLP, L2 and Adam, on 32 inputs through an Identity
 // encoding) are timed alone, then each grid pass on the caller's stream with the MLP step forked onto a
-// second stream and joined back. All eager launches timed by events around `steps` iterations (the
+// second stream and joined back. All eager launches timed by bench::time_eager (the
 // trainer replays its own graph, which cannot be captured inside another one), so the host must keep
 // ahead of the GPU: it does when the alone figures match the graph-timed rows above. A concurrent time
 // near the larger of its two parts means the GPU runs them side by side; near their sum, it does not.
@@ -556,19 +553,8 @@ void bench_overlap(int64_t rows, const Options& o, const Stream& s, json& result
         for (int i = 0; i < 5; ++i) mlp_step(s);  // the trainer captures its graph
         s.synchronize();
         if (trainer.graph_steps() == 0) throw Error("bench_overlap: the trainer did not replay a graph");
-        Timer timer;
-        const gpu_stream_t native = gpu::native_stream(s);
         auto eager = [&](const std::string& pass, const std::function<void()>& once) {
-            once();
-            const double one = timer.time(native, once);
-            const int steps = std::max(5, std::min(500, static_cast<int>(std::ceil(o.round_ms / std::max(one, 1e-3)))));
-            std::vector<double> ms;
-            for (int r = 0; r < o.rounds; ++r)
-                ms.push_back(timer.time(native, [&] {
-                                 for (int i = 0; i < steps; ++i) once();
-                             }) /
-                             steps);
-            record(pass, ms);
+            record(pass, bench::time_eager(s, o.rounds, o.round_ms, once));
         };
         eager("grid_forward", grid_forward);
         eager("grid_backward", grid_backward);
