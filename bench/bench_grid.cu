@@ -150,6 +150,43 @@ __global__ void bench_red_kernel(float* __restrict__ slots, uint32_t n_slots, in
     }
 }
 
+// The fast backward's reductions of x-neighbour corners (bench/notes_grid.md section 8): lanes 2q and
+// 2q + 1 add 8 bytes (F = 2 fp32) each to entries i and i ^ m of a 2^19-entry level, as the corner
+// kernel's lanes of corners x and x + 1 do (CoherentPrime: x ^ h and (x + 1) ^ h differ by
+// m = x ^ (x + 1), so m = 1 half of the time, 3 a quarter, 7 an eighth...; dense indexing alike).
+// MODE 0: m of a random x, all into A (today's layout).
+// MODE 1 / 2: the same pairs, those with m = 3 (and m = 7 for MODE 2) into a second (third) array
+//   whose layout puts entries e and e ^ m side by side in one 16-byte slot (xpair_slot), as a
+//   gradient accumulated in A + B3 (+ B7) and summed by the conversion would.
+// MODE 3 / 4 / 5: the probes, m fixed at 1 (one 16-byte slot), 3 (two halves of one 32-byte sector),
+//   0x401 (two sectors): what the L2 counts, 16-byte slots or 32-byte sectors.
+__host__ __device__ inline uint32_t xpair_slot(uint32_t e, uint32_t m) {
+    const uint32_t top = (m + 1) >> 1, v = e & m, hi = (v & top) ? 1u : 0u;
+    return (e & ~m) + 2 * (hi ? (v ^ m) : v) + hi;
+}
+
+template <int MODE>
+__global__ void bench_red_xpairs_kernel(float* __restrict__ a, float* __restrict__ b3, float* __restrict__ b7,
+                                        uint32_t n_entries, int per_thread) {
+    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x, q = t >> 1, side = t & 1;
+    for (int k = 0; k < per_thread; ++k) {
+        const uint32_t r = mix(q * 64u + uint32_t(k)), i = r & (n_entries - 1);
+        uint32_t m;
+        if constexpr (MODE <= 2) {
+            const uint32_t x = mix(r ^ 0x9e3779b9u);
+            m = (x ^ (x + 1)) & (n_entries - 1);
+        } else {
+            m = MODE == 3 ? 1u : MODE == 4 ? 3u : 0x401u;
+        }
+        const uint32_t e = side ? i ^ m : i;
+        float* p = a + 2 * size_t(e);
+        if (MODE >= 1 && MODE <= 2 && m == 3) p = b3 + 2 * size_t(xpair_slot(e, 3));
+        if (MODE == 2 && m == 7) p = b7 + 2 * size_t(xpair_slot(e, 7));
+        const float v = 1e-3f * static_cast<float>(k + 1);
+        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(v), "f"(v) : "memory");
+    }
+}
+
 // The fastest of `tries` timings of what f enqueues (the floors want the hardware's best rate).
 template <typename F> double fastest_of(Timer& timer, gpu_stream_t native, int tries, F&& f) {
     double best = 1e30;
@@ -222,6 +259,31 @@ json measure_floors(const Stream& s) {
             });
             f[std::string(names[kind]) + (slice > (size_t(8) << 20) ? "_64MiB" : "")] =
                 double(blocks) * threads * per_thread / (best * 1e-3);
+        }
+    }
+    // The x-neighbour pairs of the fast backward (bench_red_xpairs_kernel), in pairs per second.
+    {
+        const uint32_t n_entries = 1u << 19;
+        Buffer a(s.device(), size_t(n_entries) * 8), b3(s.device(), size_t(n_entries) * 8),
+            b7(s.device(), size_t(n_entries) * 8);
+        for (Buffer* b : {&a, &b3, &b7}) TNN_GPU_CHECK(gpu_memset_async(b->data(), 0, b->bytes(), native));
+        const int per_thread = 8, threads = 256, blocks = (1 << 22) / threads;
+        const char* modes[] = {"xpairs_one_array", "xpairs_with_b3", "xpairs_with_b3_b7", "xpairs_probe_same_slot",
+                               "xpairs_probe_same_sector", "xpairs_probe_two_sectors"};
+        for (int mode = 0; mode < 6; ++mode) {
+            const double best = fastest_of(timer, native, 5, [&] {
+                float *pa = a.ptr<float>(), *p3 = b3.ptr<float>(), *p7 = b7.ptr<float>();
+                switch (mode) {
+                    case 0: bench_red_xpairs_kernel<0><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread); break;
+                    case 1: bench_red_xpairs_kernel<1><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread); break;
+                    case 2: bench_red_xpairs_kernel<2><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread); break;
+                    case 3: bench_red_xpairs_kernel<3><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread); break;
+                    case 4: bench_red_xpairs_kernel<4><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread); break;
+                    default: bench_red_xpairs_kernel<5><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread);
+                }
+                TNN_GPU_CHECK_LAUNCH("bench_red_xpairs_kernel");
+            });
+            f[std::string(modes[mode]) + "_pairs_per_s"] = double(blocks) * threads / 2 * per_thread / (best * 1e-3);
         }
     }
     return f;
