@@ -154,35 +154,46 @@ __global__ void bench_red_kernel(float* __restrict__ slots, uint32_t n_slots, in
 // 2q + 1 add 8 bytes (F = 2 fp32) each to entries i and i ^ m of a 2^19-entry level, as the corner
 // kernel's lanes of corners x and x + 1 do (CoherentPrime: x ^ h and (x + 1) ^ h differ by
 // m = x ^ (x + 1), so m = 1 half of the time, 3 a quarter, 7 an eighth...; dense indexing alike).
-// MODE 0: m of a random x, all into A (today's layout).
-// MODE 1 / 2: the same pairs, those with m = 3 (and m = 7 for MODE 2) into a second (third) array
-//   whose layout puts entries e and e ^ m side by side in one 16-byte slot (xpair_slot), as a
-//   gradient accumulated in A + B3 (+ B7) and summed by the conversion would.
-// MODE 3 / 4 / 5: the probes, m fixed at 1 (one 16-byte slot), 3 (two halves of one 32-byte sector),
-//   0x401 (two sectors): what the L2 counts, 16-byte slots or 32-byte sectors.
+// ARRAYS 1: all into A (today's layout). ARRAYS 2 / 3: the pairs with m = 3 (and m = 7) into a second
+//   (third) array whose layout puts entries e and e ^ m side by side in one 16-byte slot (xpair_slot),
+//   as a gradient accumulated in A + B3 (+ B7) and summed by the conversion would.
+// V4: a pair in one 16-byte slot (m = 1 in A, m = 3 / 7 in B3 / B7) leaves as one v4 from the even lane
+//   (the odd one idles), as against two v2 that the coalescer merges.
+// PROBE 1 / 2 / 3: m fixed at 1 (one 16-byte slot), 3 (two halves of one 32-byte sector), 0x401 (two
+//   sectors): what the L2 counts.
 __host__ __device__ inline uint32_t xpair_slot(uint32_t e, uint32_t m) {
     const uint32_t top = (m + 1) >> 1, v = e & m, hi = (v & top) ? 1u : 0u;
     return (e & ~m) + 2 * (hi ? (v ^ m) : v) + hi;
 }
 
-template <int MODE>
+template <int ARRAYS, bool V4, int PROBE>
 __global__ void bench_red_xpairs_kernel(float* __restrict__ a, float* __restrict__ b3, float* __restrict__ b7,
                                         uint32_t n_entries, int per_thread) {
     const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x, q = t >> 1, side = t & 1;
     for (int k = 0; k < per_thread; ++k) {
         const uint32_t r = mix(q * 64u + uint32_t(k)), i = r & (n_entries - 1);
         uint32_t m;
-        if constexpr (MODE <= 2) {
+        if constexpr (PROBE == 0) {
             const uint32_t x = mix(r ^ 0x9e3779b9u);
             m = (x ^ (x + 1)) & (n_entries - 1);
         } else {
-            m = MODE == 3 ? 1u : MODE == 4 ? 3u : 0x401u;
+            m = PROBE == 1 ? 1u : PROBE == 2 ? 3u : 0x401u;
+        }
+        const float v = 1e-3f * static_cast<float>(k + 1);
+        float* base = a;
+        uint32_t slot_m = 1;  // the m whose pairs share a 16-byte slot in `base`
+        if (ARRAYS >= 2 && m == 3) base = b3, slot_m = 3;
+        if (ARRAYS >= 3 && m == 7) base = b7, slot_m = 7;
+        if (V4 && m == slot_m) {
+            if (side == 0) {
+                float* p = base + 2 * size_t(xpair_slot(i, m) & ~1u);
+                asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v), "f"(v), "f"(v), "f"(v)
+                             : "memory");
+            }
+            continue;
         }
         const uint32_t e = side ? i ^ m : i;
-        float* p = a + 2 * size_t(e);
-        if (MODE >= 1 && MODE <= 2 && m == 3) p = b3 + 2 * size_t(xpair_slot(e, 3));
-        if (MODE == 2 && m == 7) p = b7 + 2 * size_t(xpair_slot(e, 7));
-        const float v = 1e-3f * static_cast<float>(k + 1);
+        float* p = base + 2 * size_t(base == a ? e : xpair_slot(e, slot_m));
         asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(v), "f"(v) : "memory");
     }
 }
@@ -268,23 +279,24 @@ json measure_floors(const Stream& s) {
             b7(s.device(), size_t(n_entries) * 8);
         for (Buffer* b : {&a, &b3, &b7}) TNN_GPU_CHECK(gpu_memset_async(b->data(), 0, b->bytes(), native));
         const int per_thread = 8, threads = 256, blocks = (1 << 22) / threads;
-        const char* modes[] = {"xpairs_one_array", "xpairs_with_b3", "xpairs_with_b3_b7", "xpairs_probe_same_slot",
-                               "xpairs_probe_same_sector", "xpairs_probe_two_sectors"};
-        for (int mode = 0; mode < 6; ++mode) {
+        float *pa = a.ptr<float>(), *p3 = b3.ptr<float>(), *p7 = b7.ptr<float>();
+        auto mode = [&](const char* name, auto kernel) {
             const double best = fastest_of(timer, native, 5, [&] {
-                float *pa = a.ptr<float>(), *p3 = b3.ptr<float>(), *p7 = b7.ptr<float>();
-                switch (mode) {
-                    case 0: bench_red_xpairs_kernel<0><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread); break;
-                    case 1: bench_red_xpairs_kernel<1><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread); break;
-                    case 2: bench_red_xpairs_kernel<2><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread); break;
-                    case 3: bench_red_xpairs_kernel<3><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread); break;
-                    case 4: bench_red_xpairs_kernel<4><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread); break;
-                    default: bench_red_xpairs_kernel<5><<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread);
-                }
+                kernel<<<blocks, threads, 0, native>>>(pa, p3, p7, n_entries, per_thread);
                 TNN_GPU_CHECK_LAUNCH("bench_red_xpairs_kernel");
             });
-            f[std::string(modes[mode]) + "_pairs_per_s"] = double(blocks) * threads / 2 * per_thread / (best * 1e-3);
-        }
+            f[std::string("xpairs_") + name + "_pairs_per_s"] = double(blocks) * threads / 2 * per_thread / (best * 1e-3);
+        };
+        mode("one_array", bench_red_xpairs_kernel<1, false, 0>);
+        mode("with_b3", bench_red_xpairs_kernel<2, false, 0>);
+        mode("with_b3_b7", bench_red_xpairs_kernel<3, false, 0>);
+        mode("probe_same_slot", bench_red_xpairs_kernel<1, false, 1>);
+        mode("probe_same_sector", bench_red_xpairs_kernel<1, false, 2>);
+        mode("probe_two_sectors", bench_red_xpairs_kernel<1, false, 3>);
+        mode("v4_one_array", bench_red_xpairs_kernel<1, true, 0>);
+        mode("v4_with_b3", bench_red_xpairs_kernel<2, true, 0>);
+        mode("v4_with_b3_b7", bench_red_xpairs_kernel<3, true, 0>);
+        mode("v4_probe_same_slot", bench_red_xpairs_kernel<1, true, 1>);
     }
     return f;
 }
@@ -753,6 +765,11 @@ int main(int argc, char** argv) {
     // Twelfth session: dL/dy of a (row, level) as one load (on) against a load per value.
     bench_row(bwd, o, s, results, variant([](auto& v) { v.vector_grad_loads = 0; }), "per_value_grad_loads");
     bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 1; }), "fast_corner_lanes");
+    // Thirteenth session: x-pairs sharing a 2-entry slot as one reduction from the lane of corner x (on)
+    // against a reduction per lane, merged by the coalescer (section 8 of bench/notes_grid.md).
+    bench_row(fast, o, s, results, variant([](auto& v) { v.slot_pairs = 0; }), "no_slot_pairs");
+    bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 1; v.slot_pairs = 0; }),
+              "fast_corner_lanes_no_slot_pairs");
     bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 1; }), "det_feature_lanes");
     for (int mib : {8, 32})
         bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }),

@@ -214,6 +214,9 @@ struct Variant {
                                  // global levels (0: one after the other on the caller's stream; -1: 1)
     int vector_grad_loads = -1;  // gradient: a (row, level)'s F values of dL/dy in one load when aligned
                                  // (0: one load per value; -1: 1)
+    int slot_pairs = -1;         // fast gradient with a thread per corner (fast_mapping 1, 2): an x-pair
+                                 // whose entries share a 2-entry slot leaves as one reduction from the
+                                 // lane of corner x (0: a reduction per lane, merged by the coalescer; -1: 1)
 };
 void set_variant(const Variant& v);
 Variant variant();

@@ -296,6 +296,15 @@ __global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t r
 // A sink receives them: global float atomics (FloatSink), 64-bit fixed-point atomics (FixedSink),
 // shared memory (SharedSink), or the bound of the fixed-point scale (BoundSink).
 
+// The other corner of a corner's x-pair (corner ^ 1) at the same level: its entry and weight, valid for
+// first-order Linear / Smoothstep rows (Nearest and stochastic rows feed one corner; the second-order
+// pass does not pair its corners).
+struct XNeighbour {
+    uint32_t entry = 0;
+    float weight = 0.0f;
+    bool valid = false;
+};
+
 // sm_90's vector float reductions (one L2 operation for 2 or 4 consecutive floats; p aligned to 8 /
 // 16 bytes); elsewhere one atomic per value. The return value is unused, so atomicAdd becomes a RED.
 __device__ __forceinline__ void red_add2(float* p, float a, float b) {
@@ -322,11 +331,13 @@ __device__ __forceinline__ void red_add4(float* p, float a, float b, float c, fl
 struct FloatSink {
     float* acc;
     bool vec;
+    bool slot_pairs;  // Variant::slot_pairs (the corner kernels)
 
     struct Level {
         float* base;
-        bool vec;   // entries aligned for one v2 (F = 2) / v4 (F >= 4) reduction each
-        bool pair;  // 2-entry slots aligned for one v2 (F = 1) / v4 (F = 2) reduction
+        bool vec;    // entries aligned for one v2 (F = 2) / v4 (F >= 4) reduction each
+        bool pair;   // 2-entry slots aligned for one v2 (F = 1) / v4 (F = 2) reduction
+        bool slots;  // pair, and the corner kernels' lanes use it (slot_pairs)
         __device__ __forceinline__ bool skip() const { return false; }
         template <uint32_t F> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[F]) const {
             float* p = base + size_t(i) * F;
@@ -343,30 +354,53 @@ struct FloatSink {
                 }
             }
         }
+        // Two different entries of one 2F-float slot (entries 2j and 2j + 1), which one reduction can add.
+        // For CoherentPrime levels this holds whenever the cell's x coordinate is even (x and x + 1 differ
+        // in bit 0 only), for dense levels when i0 is even.
+        template <uint32_t F> __device__ __forceinline__ bool shares_slot(uint32_t i0, uint32_t i1) const {
+            return F <= 2 && pair && (i0 ^ i1) == 1u;
+        }
+        template <uint32_t F>
+        __device__ __forceinline__ void add_slot(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[F]) const {
+            const bool in_order = i0 < i1;
+            const float wl = in_order ? w0 : w1, wh = in_order ? w1 : w0;
+            float* p = base + size_t(i0 & ~1u) * F;
+            if constexpr (F == 1) red_add2(p, wl * g[0], wh * g[0]);
+            else red_add4(p, wl * g[0], wl * g[1], wh * g[0], wh * g[1]);
+        }
         template <uint32_t F>
         __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[F]) const {
             if constexpr (F <= 2) {
-                // Two different entries of one 2F-float slot (entries 2j and 2j + 1): one reduction. For
-                // CoherentPrime levels this holds whenever the cell's x coordinate is even (x and x + 1
-                // differ in bit 0 only), for dense levels when i0 is even.
-                if (pair && (i0 >> 1) == (i1 >> 1) && i0 != i1) {
-                    const bool in_order = i0 < i1;
-                    const float wl = in_order ? w0 : w1, wh = in_order ? w1 : w0;
-                    float* p = base + size_t(i0 & ~1u) * F;
-                    if constexpr (F == 1) red_add2(p, wl * g[0], wh * g[0]);
-                    else red_add4(p, wl * g[0], wl * g[1], wh * g[0], wh * g[1]);
+                if (shares_slot<F>(i0, i1)) {
+                    add_slot<F>(i0, w0, i1, w1, g);
                     return;
                 }
             }
             add<F>(i0, w0, g);
             add<F>(i1, w1, g);
         }
+        // The corner kernels' lane of `corner` (its x-neighbour's entry and weight in `x`, when valid): an
+        // x-pair sharing a slot leaves as one reduction from the lane of corner x, which the L2 takes at
+        // the rate of any one reduction (104 G/s), where the two lanes' reductions merged into one request
+        // to their sector cost 1.4 times that (75 G pairs/s; bench/notes_grid.md section 8).
+        template <uint32_t F>
+        __device__ __forceinline__ void add_corner(uint32_t corner, uint32_t i, float w, const XNeighbour& x,
+                                                   const float (&g)[F]) const {
+            if constexpr (F <= 2) {
+                if (slots && x.valid && shares_slot<F>(i, x.entry)) {
+                    if ((corner & 1u) == 0) add_slot<F>(i, w, x.entry, x.weight, g);
+                    return;
+                }
+            }
+            add<F>(i, w, g);
+        }
     };
     template <uint32_t F> __device__ __forceinline__ Level level(uint32_t, const LevelInfo& L) const {
         float* base = acc + size_t(L.offset) * F;
         const uintptr_t addr = reinterpret_cast<uintptr_t>(base);
         const uintptr_t entry_alignment = F >= 4 ? 16 : 4 * F, pair_alignment = 8 * F;
-        return Level{base, vec && addr % entry_alignment == 0, vec && F <= 2 && addr % pair_alignment == 0};
+        const bool pair = vec && F <= 2 && addr % pair_alignment == 0;
+        return Level{base, vec && addr % entry_alignment == 0, pair, pair && slot_pairs};
     }
 };
 
@@ -654,7 +688,7 @@ template <uint32_t D, bool SECOND>
 __device__ __forceinline__ bool corner_contribution(const KernelArgs& a, const LevelInfo& L, uint32_t level,
                                                    int64_t row, int64_t rows, const float* __restrict__ x,
                                                    const float* __restrict__ v, uint32_t corner, uint32_t& entry,
-                                                   float& weight) {
+                                                   float& weight, XNeighbour* xn = nullptr) {
     const auto interp = static_cast<Interpolation>(a.interpolation);
     if constexpr (SECOND) {
         if (interp == Interpolation::Nearest) return false;
@@ -688,7 +722,13 @@ __device__ __forceinline__ bool corner_contribution(const KernelArgs& a, const L
         } else {
             weight = corner_weight<D>(p.w, corner);
         }
-        entry = corner_entry<D>(a, L, corner_terms<D>(L, p.cell, a.factors), p.cell, corner);
+        const CornerTerms<D> t = corner_terms<D>(L, p.cell, a.factors);
+        entry = corner_entry<D>(a, L, t, p.cell, corner);
+        if (xn != nullptr && interp != Interpolation::Nearest && !a.stochastic) {
+            xn->entry = corner_entry<D>(a, L, t, p.cell, corner ^ 1u);
+            xn->weight = corner_weight<D>(p.w, corner ^ 1u);
+            xn->valid = true;
+        }
         return true;
     }
 }
@@ -707,14 +747,16 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row = int64_t(blockIdx.x % blocks_per_level) * kRowsPerBlock + threadIdx.x / kCorners;
     if (row >= rows) return;
     const LevelInfo& L = a.levels[level];
+    const uint32_t corner = threadIdx.x % kCorners;
     uint32_t entry;
     float w;
+    XNeighbour xn;
     if (!corner_contribution<D, SECOND>(a, L, level, row, rows, x + row * x_stride,
-                                        SECOND ? v + row * v_stride : nullptr, threadIdx.x % kCorners, entry, w))
+                                        SECOND ? v + row * v_stride : nullptr, corner, entry, w, &xn))
         return;
     float gv[F];
     load_gradient<T, F>(g, g_layout, row, level, gv);
-    sink.template level<F>(level, L).template add<F>(entry, w, gv);
+    sink.template level<F>(level, L).template add_corner<F>(corner, entry, w, xn, gv);
 }
 
 // The same over several levels: a thread per (row, corner) adds its corner's contribution at every
@@ -738,13 +780,14 @@ __global__ void __launch_bounds__(kThreads)
     for (uint32_t i = 0; i < list.count; ++i) {
         const uint32_t level = list.ids[i];
         const LevelInfo& L = a.levels[level];
+        const uint32_t corner = threadIdx.x % kCorners;
         uint32_t entry;
         float w;
-        if (!corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, threadIdx.x % kCorners, entry, w))
-            continue;
+        XNeighbour xn;
+        if (!corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, corner, entry, w, &xn)) continue;
         float gv[F];
         load_gradient<T, F>(g, g_layout, row, level, gv);
-        sink.template level<F>(level, L).template add<F>(entry, w, gv);
+        sink.template level<F>(level, L).template add_corner<F>(corner, entry, w, xn, gv);
     }
 }
 
