@@ -296,15 +296,6 @@ __global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t r
 // A sink receives them: global float atomics (FloatSink), 64-bit fixed-point atomics (FixedSink),
 // shared memory (SharedSink), or the bound of the fixed-point scale (BoundSink).
 
-// The other corner of a corner's x-pair (corner ^ 1) at the same level: its entry and weight, valid for
-// first-order Linear / Smoothstep rows (Nearest and stochastic rows feed one corner; the second-order
-// pass does not pair its corners).
-struct XNeighbour {
-    uint32_t entry = 0;
-    float weight = 0.0f;
-    bool valid = false;
-};
-
 // sm_90's vector float reductions (one L2 operation for 2 or 4 consecutive floats; p aligned to 8 /
 // 16 bytes); elsewhere one atomic per value. The return value is unused, so atomicAdd becomes a RED.
 __device__ __forceinline__ void red_add2(float* p, float a, float b) {
@@ -379,21 +370,36 @@ struct FloatSink {
             add<F>(i0, w0, g);
             add<F>(i1, w1, g);
         }
-        // The corner kernels' lane of `corner` (its x-neighbour's entry and weight in `x`, when valid): an
-        // x-pair sharing a slot leaves as one reduction from the lane of corner x, which the L2 takes at
-        // the rate of any one reduction (104 G/s), where the two lanes' reductions merged into one request
-        // to their sector cost 1.4 times that (75 G pairs/s; bench/notes_grid.md section 8).
+        // The corner kernels' lanes with `slots` (every lane of the warp that has not returned calls it
+        // together, corners x and x + 1 of an x-pair on lanes 2k and 2k + 1): each lane makes one
+        // reduction of a whole 2-entry slot, its own contribution next to its x-neighbour's when their
+        // entries share the slot (the lane of corner x + 1 then adds nothing), else next to zeros. One
+        // reduction of a slot costs the L2 what any one reduction does (104 G/s), where two lanes'
+        // reductions merged into one request to a sector cost 1.4 times that (75 G pairs/s;
+        // bench/notes_grid.md section 8). Adding +0 leaves the neighbour's sum as it is (the
+        // accumulator starts at +0, so it never holds -0).
+#if defined(TNN_WITH_CUDA)
         template <uint32_t F>
-        __device__ __forceinline__ void add_corner(uint32_t corner, uint32_t i, float w, const XNeighbour& x,
-                                                   const float (&g)[F]) const {
-            if constexpr (F <= 2) {
-                if (slots && x.valid && shares_slot<F>(i, x.entry)) {
-                    if ((corner & 1u) == 0) add_slot<F>(i, w, x.entry, x.weight, g);
-                    return;
-                }
+        __device__ __forceinline__ void add_lanes(uint32_t corner, uint32_t i, float w, const float (&g)[F]) const {
+            static_assert(F <= 2, "slots of two entries: F = 1 or 2");
+            const unsigned lanes = __activemask();
+            const uint32_t j = __shfl_xor_sync(lanes, i, 1);
+            const float wj = __shfl_xor_sync(lanes, w, 1);
+            const bool shared = (i ^ j) == 1u;
+            if (shared && (corner & 1u) != 0) return;
+            const bool low = (i & 1u) == 0;
+            float* p = base + size_t(i & ~1u) * F;
+            float lo[F], hi[F];
+            TNN_UNROLL
+            for (uint32_t f = 0; f < F; ++f) {
+                const float own = w * g[f], other = shared ? wj * g[f] : 0.0f;
+                lo[f] = low ? own : other;
+                hi[f] = low ? other : own;
             }
-            add<F>(i, w, g);
+            if constexpr (F == 1) red_add2(p, lo[0], hi[0]);
+            else red_add4(p, lo[0], lo[1], hi[0], hi[1]);
         }
+#endif  // TNN_WITH_CUDA
     };
     template <uint32_t F> __device__ __forceinline__ Level level(uint32_t, const LevelInfo& L) const {
         float* base = acc + size_t(L.offset) * F;
@@ -688,7 +694,7 @@ template <uint32_t D, bool SECOND>
 __device__ __forceinline__ bool corner_contribution(const KernelArgs& a, const LevelInfo& L, uint32_t level,
                                                    int64_t row, int64_t rows, const float* __restrict__ x,
                                                    const float* __restrict__ v, uint32_t corner, uint32_t& entry,
-                                                   float& weight, XNeighbour* xn = nullptr) {
+                                                   float& weight) {
     const auto interp = static_cast<Interpolation>(a.interpolation);
     if constexpr (SECOND) {
         if (interp == Interpolation::Nearest) return false;
@@ -722,15 +728,29 @@ __device__ __forceinline__ bool corner_contribution(const KernelArgs& a, const L
         } else {
             weight = corner_weight<D>(p.w, corner);
         }
-        const CornerTerms<D> t = corner_terms<D>(L, p.cell, a.factors);
-        entry = corner_entry<D>(a, L, t, p.cell, corner);
-        if (xn != nullptr && interp != Interpolation::Nearest && !a.stochastic) {
-            xn->entry = corner_entry<D>(a, L, t, p.cell, corner ^ 1u);
-            xn->weight = corner_weight<D>(p.w, corner ^ 1u);
-            xn->valid = true;
-        }
+        entry = corner_entry<D>(a, L, corner_terms<D>(L, p.cell, a.factors), p.cell, corner);
         return true;
     }
+}
+
+// A corner kernel's reduction: FloatSink::Level::add_lanes where the level's slots allow it and every
+// corner of the row receives a contribution (first-order Linear / Smoothstep: the lanes of a warp reach
+// it together), else a reduction of the lane's own entry. sm_90 only: elsewhere a slot's reduction is
+// one atomic per value, and the zeros would cost atomics of their own.
+template <uint32_t D, uint32_t F, bool SECOND>
+__device__ __forceinline__ void add_corner(const KernelArgs& a, const FloatSink::Level& lvl, uint32_t corner,
+                                           uint32_t entry, float w, const float (&g)[F]) {
+#if defined(TNN_WITH_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (F <= 2 && !SECOND) {
+        if (lvl.slots && static_cast<Interpolation>(a.interpolation) != Interpolation::Nearest && !a.stochastic) {
+            lvl.template add_lanes<F>(corner, entry, w, g);
+            return;
+        }
+    }
+#else
+    (void)a, (void)corner;
+#endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
+    lvl.template add<F>(entry, w, g);
 }
 
 // Global-atomic reduction with a thread per (row, level, corner), corners of a row on consecutive
@@ -750,13 +770,12 @@ __global__ void __launch_bounds__(kThreads)
     const uint32_t corner = threadIdx.x % kCorners;
     uint32_t entry;
     float w;
-    XNeighbour xn;
     if (!corner_contribution<D, SECOND>(a, L, level, row, rows, x + row * x_stride,
-                                        SECOND ? v + row * v_stride : nullptr, corner, entry, w, &xn))
+                                        SECOND ? v + row * v_stride : nullptr, corner, entry, w))
         return;
     float gv[F];
     load_gradient<T, F>(g, g_layout, row, level, gv);
-    sink.template level<F>(level, L).template add_corner<F>(corner, entry, w, xn, gv);
+    add_corner<D, F, SECOND>(a, sink.template level<F>(level, L), corner, entry, w, gv);
 }
 
 // The same over several levels: a thread per (row, corner) adds its corner's contribution at every
@@ -783,11 +802,10 @@ __global__ void __launch_bounds__(kThreads)
         const uint32_t corner = threadIdx.x % kCorners;
         uint32_t entry;
         float w;
-        XNeighbour xn;
-        if (!corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, corner, entry, w, &xn)) continue;
+        if (!corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, corner, entry, w)) continue;
         float gv[F];
         load_gradient<T, F>(g, g_layout, row, level, gv);
-        sink.template level<F>(level, L).template add_corner<F>(corner, entry, w, xn, gv);
+        add_corner<D, F, SECOND>(a, sink.template level<F>(level, L), corner, entry, w, gv);
     }
 }
 
