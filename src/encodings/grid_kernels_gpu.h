@@ -370,8 +370,8 @@ struct FloatSink {
             add<F>(i0, w0, g);
             add<F>(i1, w1, g);
         }
-        // The corner kernels' lanes with `slots` (every lane of the warp that has not returned calls it
-        // together, corners x and x + 1 of an x-pair on lanes 2k and 2k + 1): each lane makes one
+        // The corner kernels' lanes with `slots` (the warp's lanes `lanes`, those whose rows exist, all call
+        // it together; corners x and x + 1 of an x-pair on lanes 2k and 2k + 1): each lane makes one
         // reduction of a whole 2-entry slot, its own contribution next to its x-neighbour's when their
         // entries share the slot (the lane of corner x + 1 then adds nothing), else next to zeros. One
         // reduction of a slot costs the L2 what any one reduction does (104 G/s), where two lanes'
@@ -380,9 +380,9 @@ struct FloatSink {
         // accumulator starts at +0, so it never holds -0).
 #if defined(TNN_WITH_CUDA)
         template <uint32_t F>
-        __device__ __forceinline__ void add_lanes(uint32_t corner, uint32_t i, float w, const float (&g)[F]) const {
+        __device__ __forceinline__ void add_lanes(unsigned lanes, uint32_t corner, uint32_t i, float w,
+                                                  const float (&g)[F]) const {
             static_assert(F <= 2, "slots of two entries: F = 1 or 2");
-            const unsigned lanes = __activemask();
             const uint32_t j = __shfl_xor_sync(lanes, i, 1);
             const float wj = __shfl_xor_sync(lanes, w, 1);
             const bool shared = (i ^ j) == 1u;
@@ -733,22 +733,33 @@ __device__ __forceinline__ bool corner_contribution(const KernelArgs& a, const L
     }
 }
 
+// The lanes of the calling thread's warp whose rows exist, for the corner kernels (rows of kCorners
+// consecutive lanes, row0 the block's first): the rows that exist come first, so the lanes are a prefix.
+// An explicit mask, as the shuffles of add_lanes need (__activemask would not promise that the lanes of
+// a pair are converged there).
+template <uint32_t kCorners>
+__device__ __forceinline__ unsigned row_lanes(int64_t row0, int64_t rows) {
+    const int64_t left = rows - (row0 + int64_t(threadIdx.x & ~31u) / kCorners);
+    const int64_t n = left * kCorners;
+    return n >= 32 ? 0xFFFFFFFFu : n <= 0 ? 0u : (1u << n) - 1u;
+}
+
 // A corner kernel's reduction: FloatSink::Level::add_lanes where the level's slots allow it and every
 // corner of the row receives a contribution (first-order Linear / Smoothstep: the lanes of a warp reach
 // it together), else a reduction of the lane's own entry. sm_90 only: elsewhere a slot's reduction is
 // one atomic per value, and the zeros would cost atomics of their own.
 template <uint32_t D, uint32_t F, bool SECOND>
-__device__ __forceinline__ void add_corner(const KernelArgs& a, const FloatSink::Level& lvl, uint32_t corner,
-                                           uint32_t entry, float w, const float (&g)[F]) {
+__device__ __forceinline__ void add_corner(const KernelArgs& a, const FloatSink::Level& lvl, unsigned lanes,
+                                           uint32_t corner, uint32_t entry, float w, const float (&g)[F]) {
 #if defined(TNN_WITH_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if constexpr (F <= 2 && !SECOND) {
         if (lvl.slots && static_cast<Interpolation>(a.interpolation) != Interpolation::Nearest && !a.stochastic) {
-            lvl.template add_lanes<F>(corner, entry, w, g);
+            lvl.template add_lanes<F>(lanes, corner, entry, w, g);
             return;
         }
     }
 #else
-    (void)a, (void)corner;
+    (void)a, (void)lanes, (void)corner;
 #endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
     lvl.template add<F>(entry, w, g);
 }
@@ -764,7 +775,7 @@ __global__ void __launch_bounds__(kThreads)
                                   int64_t v_stride, const T* __restrict__ g, GradLayout g_layout, const FloatSink sink) {
     constexpr uint32_t kCorners = 1u << D, kRowsPerBlock = kThreads / kCorners;
     const uint32_t level = list.ids[blockIdx.x / blocks_per_level];
-    const int64_t row = int64_t(blockIdx.x % blocks_per_level) * kRowsPerBlock + threadIdx.x / kCorners;
+    const int64_t row0 = int64_t(blockIdx.x % blocks_per_level) * kRowsPerBlock, row = row0 + threadIdx.x / kCorners;
     if (row >= rows) return;
     const LevelInfo& L = a.levels[level];
     const uint32_t corner = threadIdx.x % kCorners;
@@ -775,7 +786,8 @@ __global__ void __launch_bounds__(kThreads)
         return;
     float gv[F];
     load_gradient<T, F>(g, g_layout, row, level, gv);
-    add_corner<D, F, SECOND>(a, sink.template level<F>(level, L), corner, entry, w, gv);
+    add_corner<D, F, SECOND>(a, sink.template level<F>(level, L), row_lanes<kCorners>(row0, rows), corner, entry, w,
+                             gv);
 }
 
 // The same over several levels: a thread per (row, corner) adds its corner's contribution at every
@@ -788,8 +800,9 @@ __global__ void __launch_bounds__(kThreads)
                                          int64_t v_stride, const T* __restrict__ g, GradLayout g_layout,
                                          const FloatSink sink) {
     constexpr uint32_t kCorners = 1u << D, kRowsPerBlock = kThreads / kCorners;
-    const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kCorners;
+    const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock, row = row0 + threadIdx.x / kCorners;
     if (row >= rows) return;
+    const unsigned lanes = row_lanes<kCorners>(row0, rows);
     float xr[D], vr[D];
     TNN_UNROLL
     for (uint32_t d = 0; d < D; ++d) {
@@ -805,7 +818,7 @@ __global__ void __launch_bounds__(kThreads)
         if (!corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, corner, entry, w)) continue;
         float gv[F];
         load_gradient<T, F>(g, g_layout, row, level, gv);
-        add_corner<D, F, SECOND>(a, sink.template level<F>(level, L), corner, entry, w, gv);
+        add_corner<D, F, SECOND>(a, sink.template level<F>(level, L), lanes, corner, entry, w, gv);
     }
 }
 
