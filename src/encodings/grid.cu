@@ -338,7 +338,8 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         Beside beside(stream, c, overlap_shared(plan, var));
         L.param_grad_shared_float(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item,
                                   plan.rows_per_block, plan.shared_bytes, g_data, gl, acc);
-        const FloatSink sink{acc, var.vector_atomics != 0, var.slot_pairs != 0};
+        // Slot pairs add +0 beside lone contributions: not into the caller's values (accumulate, fp32).
+        const FloatSink sink{acc, var.vector_atomics != 0, var.slot_pairs != 0 && !(direct && accumulate)};
         // Automatic: a thread per (row, corner) over groups of levels, or per (row, level) when one
         // corner receives all.
         const int mapping = var.fast_mapping >= 0 ? var.fast_mapping : one_corner ? 0 : 2;

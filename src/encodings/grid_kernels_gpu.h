@@ -322,13 +322,13 @@ __device__ __forceinline__ void red_add4(float* p, float a, float b, float c, fl
 struct FloatSink {
     float* acc;
     bool vec;
-    bool slot_pairs;  // Variant::slot_pairs (the corner kernels)
+    bool slot_pairs;  // Variant::slot_pairs (the corner kernels); off where acc holds the caller's values
 
     struct Level {
         float* base;
         bool vec;    // entries aligned for one v2 (F = 2) / v4 (F >= 4) reduction each
         bool pair;   // 2-entry slots aligned for one v2 (F = 1) / v4 (F = 2) reduction
-        bool slots;  // pair, and the corner kernels' lanes use it (slot_pairs)
+        bool slots;  // pair, an even number of entries, and the corner kernels' lanes use it (slot_pairs)
         __device__ __forceinline__ bool skip() const { return false; }
         template <uint32_t F> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[F]) const {
             float* p = base + size_t(i) * F;
@@ -376,8 +376,10 @@ struct FloatSink {
         // entries share the slot (the lane of corner x + 1 then adds nothing), else next to zeros. One
         // reduction of a slot costs the L2 what any one reduction does (104 G/s), where two lanes'
         // reductions merged into one request to a sector cost 1.4 times that (75 G pairs/s;
-        // bench/notes_grid.md section 8). Adding +0 leaves the neighbour's sum as it is (the
-        // accumulator starts at +0, so it never holds -0).
+        // bench/notes_grid.md section 8). The +0 added beside a lone contribution leaves a sum as it is
+        // unless it is -0 or subnormal (float atomics flush to zero): so slots only where both entries
+        // belong to the level (an even number of entries, Level::slots) and where the accumulator is
+        // scratch zeroed for the call, not the caller's gradient added to (FloatSink::slot_pairs).
 #if defined(TNN_WITH_CUDA)
         template <uint32_t F>
         __device__ __forceinline__ void add_lanes(unsigned lanes, uint32_t corner, uint32_t i, float w,
@@ -406,7 +408,7 @@ struct FloatSink {
         const uintptr_t addr = reinterpret_cast<uintptr_t>(base);
         const uintptr_t entry_alignment = F >= 4 ? 16 : 4 * F, pair_alignment = 8 * F;
         const bool pair = vec && F <= 2 && addr % pair_alignment == 0;
-        return Level{base, vec && addr % entry_alignment == 0, pair, pair && slot_pairs};
+        return Level{base, vec && addr % entry_alignment == 0, pair, pair && slot_pairs && (L.size & 1u) == 0};
     }
 };
 

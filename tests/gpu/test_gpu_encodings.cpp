@@ -582,6 +582,60 @@ TEST(GridGpu, KernelVariantsAgree) {
         }
 }
 
+// The fast gradient's slot pairs (Variant::slot_pairs) reduce whole 2-entry slots: a level with an odd
+// number of entries (Tiled, 3^3) must not get them, or its last entry's slot reaches into the next level
+// and, for the last level, past the gradient (3 levels of 27 F = 2 entries, the last one 16-byte aligned:
+// floats 162 and 163 of a 162-float gradient). fp32 parameters, so the kernels reduce straight into the
+// caller's buffer: guard values after it (-0 and a subnormal, which any float atomic would turn into +0)
+// must keep their bits. And in accumulate mode the entries that receive nothing keep theirs too (a +0
+// added beside a neighbour's contribution would flush a subnormal and turn -0 into +0).
+TEST(GridGpu, SlotPairsStayInsideTheirLevelAndLeaveOtherEntriesAlone) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    const float kGuards[2] = {-0.0f, 1e-40f};
+    for (int mapping : {1, 2})
+        for (int64_t batch : {int64_t(7), int64_t(512)}) {
+            SCOPED_TRACE(msg("fast_mapping ", mapping, " batch ", batch));
+            grid_gpu::set_variant(variant_with([&](auto& v) {
+                v.shared_kib = 0;  // every level through the corner kernels
+                v.fast_mapping = mapping;
+            }));
+            const EncodingCase c = grid_case("tiled3d_f2_odd_levels", 3,
+                                             grid_config("TiledGrid", {{"n_levels", 3}, {"base_resolution", 3}}), batch);
+            const auto enc = create_encoding(c.n_dims, c.config, DType::f32);
+            const EncodingData data = make_data(c, *enc, DType::f32, 41);
+            const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
+            const int64_t n = static_cast<int64_t>(enc->n_params()), kGuard = 16;
+            ASSERT_EQ(n % 2, 0) << "27 entries of F = 2 per level";
+            const Device gpu = Device::gpu(0);
+            TestStream stream(gpu);
+            const Tensor x = upload(data.x, c.batch, c.n_dims, DType::f32, gpu);
+            const Tensor p = upload(data.params, 1, n, DType::f32, gpu);
+            const Tensor g = upload(data.dL_dy, c.batch, enc->n_output_dims(), DType::f32, gpu);
+            Tensor y(c.batch, enc->n_output_dims(), DType::f32, gpu);
+            std::vector<double> prefill(static_cast<size_t>(n + kGuard));
+            for (size_t i = 0; i < prefill.size(); ++i) prefill[i] = kGuards[i % 2];
+            for (GradMode mode : {GradMode::overwrite, GradMode::accumulate}) {
+                SCOPED_TRACE(mode == GradMode::overwrite ? "overwrite" : "accumulate");
+                Tensor dp = upload(prefill, 1, n + kGuard, DType::f32, gpu);
+                auto ctx = enc->forward(stream, x.view(), y.view(), p.data(), false);
+                enc->backward(stream, *ctx, x.view(), y.view(), g.view(), nullptr, dp.data(), p.data(), mode);
+                stream.stream().synchronize();
+                const std::vector<double> got = download(dp);
+                for (int64_t i = n; i < n + kGuard; ++i) {
+                    const float v = static_cast<float>(got[i]), want = kGuards[i % 2];
+                    EXPECT_EQ(std::memcmp(&v, &want, sizeof v), 0) << "guard value " << i - n << " after the gradient";
+                }
+                for (int64_t i = 0; i < n; ++i) {
+                    if (naive.dL_dparams[i] != 0.0) continue;  // entries with contributions: KernelVariantsAgree
+                    const float v = static_cast<float>(got[i]);
+                    const float want = mode == GradMode::overwrite ? 0.0f : kGuards[i % 2];
+                    EXPECT_EQ(std::memcmp(&v, &want, sizeof v), 0) << "entry " << i << " without contributions";
+                }
+            }
+        }
+}
+
 // The level-major copy of dL/dy goes through shared memory in groups of levels (23 levels of F = 8 fp32
 // values per launch, 47 of fp16): 56 levels take three launches in fp32 and two in fp16, and a batch of
 // 300 rows ends in a partial block of 44 rows. Integer sums give the same bits whatever the layout g
