@@ -636,6 +636,55 @@ TEST(GridGpu, SlotPairsStayInsideTheirLevelAndLeaveOtherEntriesAlone) {
         }
 }
 
+// The fast gradient's conversion from the fp32 scratch to fp16 / bf16 parameters: four values per thread
+// when the gradient is 4-element aligned (grid_gradient_from_float_quads_kernel, with its tail: 162
+// values for the Tiled case, 162 % 4 = 2), one per thread otherwise (the gradient one element further
+// on), in overwrite and accumulate mode. Accumulating onto a prefill gives the prefill plus the
+// overwritten gradient within one rounding of each to the dtype and the fp32 atomics' reordering.
+TEST(GridGpu, GradientConversionAccumulatesAtEveryAlignment) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    const EncodingCase tiled = grid_case("tiled3d_f2_162_values", 3,
+                                         grid_config("TiledGrid", {{"n_levels", 3}, {"base_resolution", 3}}), 300);
+    for (const EncodingCase* c : {&case_named("hash3d_f2_linear"), &tiled})
+        for (DType dtype : {DType::f16, DType::bf16})
+            for (int64_t offset : {int64_t(0), int64_t(1)}) {
+                SCOPED_TRACE(msg(c->name, " ", dtype_name(dtype), " offset ", offset));
+                const auto enc = create_encoding(c->n_dims, c->config, dtype);
+                const EncodingData data = make_data(*c, *enc, dtype, 43);
+                const int64_t n = static_cast<int64_t>(enc->n_params());
+                const Device gpu = Device::gpu(0);
+                TestStream stream(gpu);
+                const Tensor x = upload(data.x, c->batch, c->n_dims, DType::f32, gpu);
+                const Tensor p = upload(data.params, 1, n, dtype, gpu);
+                const Tensor g = upload(data.dL_dy, c->batch, enc->n_output_dims(), dtype, gpu);
+                Tensor y(c->batch, enc->n_output_dims(), dtype, gpu);
+                std::vector<double> prefill(static_cast<size_t>(n + offset));
+                Pcg32 rng(47);
+                for (double& v : prefill) v = 2.0 * rng.next_float() - 1.0;
+                auto run = [&](GradMode mode) {
+                    Tensor dp = upload(prefill, 1, n + offset, dtype, gpu);
+                    void* at = static_cast<char*>(dp.data()) + offset * static_cast<int64_t>(dtype_size(dtype));
+                    auto ctx = enc->forward(stream, x.view(), y.view(), p.data(), false);
+                    enc->backward(stream, *ctx, x.view(), y.view(), g.view(), nullptr, at, p.data(), mode);
+                    stream.stream().synchronize();
+                    const std::vector<double> all = download(dp);
+                    return std::vector<double>(all.begin() + offset, all.end());
+                };
+                const std::vector<double> over = run(GradMode::overwrite), acc = run(GradMode::accumulate);
+                // The prefill as stored (rounded to the dtype), then the expected sums.
+                const std::vector<double> stored = [&] {
+                    const std::vector<double> all = download(upload(prefill, 1, n + offset, dtype, gpu));
+                    return std::vector<double>(all.begin() + offset, all.end());
+                }();
+                std::vector<double> want(static_cast<size_t>(n));
+                for (int64_t i = 0; i < n; ++i) want[i] = stored[i] + over[i];
+                const double eps = dtype_epsilon(dtype), m = max_abs(over);
+                const double atol = static_cast<double>(c->batch) * 8 * dtype_epsilon(DType::f32) * (1 + m) + eps * m;
+                expect_close(acc, want, atol, eps, "accumulated gradient");
+            }
+}
+
 // The level-major copy of dL/dy goes through shared memory in groups of levels (23 levels of F = 8 fp32
 // values per launch, 47 of fp16): 56 levels take three launches in fp32 and two in fp16, and a batch of
 // 300 rows ends in a partial block of 44 rows. Integer sums give the same bits whatever the layout g
