@@ -122,6 +122,16 @@ def floor_ms(r, fl):
     return sec * 1e3, what
 
 
+def xpair_floor_ms(r, fl, key):
+    """The fast backward's reductions at a measured x-pair rate (bench_red_xpairs_kernel, pairs per second):
+    one x-pair per (row, global level, pair of corners), at the rate of the layout named by key."""
+    d, _, f, _, nearest = shape(r)
+    if key not in fl or nearest or f > 2:
+        return None
+    global_levels = sum(1 for n in level_entries(r) if n * f * 4 > SHARED_BYTES)
+    return r["batch"] * global_levels * 2 ** (d - 1) / fl[key] * 1e3
+
+
 def fmt(v, digits=3):
     return "—" if v is None else f"{v:.{digits}f}"
 
@@ -191,6 +201,24 @@ def main(out_dir):
             summary["targets"].append({"pass": "backward_det / backward", "rows": b, "ratio": ratio, "met": met})
             md.append(f"| 2^{log2} | {fast['ms']:.3f} | {det['ms']:.3f} | {ratio:.2f} | <= {DETERMINISTIC_TARGET} | "
                       f"{'yes' if met else 'NO'} | {fmt(ff and ff['ms'])} | {fmt(fd and fd['ms'])} |")
+    # The fast backward against its reductions at the x-pair rates measured in this run (notes_grid.md
+    # section 8): today's layout (a pair sharing a 2-entry slot as one v4, the others per lane) and the
+    # permuted extra arrays that are not built (the m = 3 and 7 pairs in slots of their own).
+    xp_rows = []
+    for log2 in (20, 21):
+        fast = next((x for x in ours["results"] if x.get("label") == MAIN and x.get("pass") == "backward"
+                     and x.get("batch") == 1 << log2 and x.get("variant") == "auto" and "ms" in x), None)
+        if fast is None:
+            continue
+        today = xpair_floor_ms(fast, fl, "xpairs_v4_one_array_pairs_per_s")
+        permuted = xpair_floor_ms(fast, fl, "xpairs_v4_with_b3_b7_pairs_per_s")
+        if today is not None:
+            xp_rows.append(f"| 2^{log2} | {fast['ms']:.3f} | {today:.3f} | {today / fast['ms']:.0%} | {fmt(permuted)} |")
+    if xp_rows:
+        md += ["", "Fast backward against its reductions alone at the x-pair rates of this run (`xpairs_*` floors; "
+               "the shared-memory levels, x and dL/dy loads and the conversion come on top):", "",
+               "| rows | fast backward ms | reductions, today's layout ms | share | with the m = 3 / 7 arrays (not built) ms |",
+               "|---|---|---|---|---|"] + xp_rows
     md += ["", "## Encoding + MLP (tcnn's benchmark: the main grid + FullyFusedMLP w64, 2 hidden, 3 -> 16, L2, Adam)", "",
            "| pass | rows | ours ms | tcnn ms | tcnn JIT ms | speedup vs JIT | target |", "|---|---|---|---|---|---|---|"]
     for m in ours.get("model", []):
