@@ -127,6 +127,12 @@ __global__ void bench_gather16_persistent_kernel(const uint4* __restrict__ table
     sink[t] = acc;
 }
 
+// The floors' reductions are sm_90's vector forms, written out as PTX: a build for an older device
+// would not measure what the grid kernels do there (one atomic per value), so it is refused.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "bench_grid measures sm_90's vector reductions: build it for sm_90 (bench/run_grid_bench.sh, CUDA_ARCH=90a)"
+#endif  // __CUDA_ARCH__ < 900
+
 // Random reductions into a slice of n_slots 16-byte slots: v4 / v2 / scalar fp32, u64 (the
 // deterministic path's), half2 (tcnn's).
 template <int KIND>

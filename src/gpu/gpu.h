@@ -216,6 +216,7 @@ template <typename T> TNN_HD constexpr T round_up(T a, T b) { return ceil_div(a,
 // vector instruction (two for 32 bytes). A pointer may be read as Packed<T, N> only where
 // aligned(p, alignof(Packed<T, N>)).
 template <typename T, uint32_t N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Packed {
+    static_assert(N > 0 && (sizeof(T) * N & (sizeof(T) * N - 1)) == 0, "gpu::Packed: a power-of-two number of bytes");
     T v[N];
 };
 inline bool aligned(const void* p, size_t alignment) { return reinterpret_cast<uintptr_t>(p) % alignment == 0; }
