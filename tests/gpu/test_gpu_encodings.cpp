@@ -338,6 +338,18 @@ Tensor upload(const std::vector<double>& v, int64_t rows, int64_t cols, DType dt
 
 std::vector<double> download(const Tensor& t) { return t.to(Device::cpu()).to_double_vector(); }
 
+// A case's x (fp32), parameters and dL/dy (the encoding's dtype) on a device, for tests that call
+// forward / backward with buffers of their own instead of run_encoding's.
+struct DeviceInputs {
+    Tensor x, p, g;
+};
+DeviceInputs upload_inputs(const EncodingCase& c, const Encoding& e, const EncodingData& data, Device device) {
+    const DType t = e.param_dtype();
+    return {upload(data.x, c.batch, c.n_dims, DType::f32, device),
+            upload(data.params, 1, static_cast<int64_t>(e.n_params()), t, device),
+            upload(data.dL_dy, c.batch, e.n_output_dims(), t, device)};
+}
+
 struct EncodingResult {
     std::vector<double> y, y_inference, dL_dx, dL_dparams;       // first order
     std::vector<double> dL_ddLdy, dL_dx2, dL_dparams2;           // backward_backward_input
@@ -609,9 +621,8 @@ TEST(GridGpu, SlotPairsStayInsideTheirLevelAndLeaveOtherEntriesAlone) {
             ASSERT_EQ(n % 2, 0) << "27 entries of F = 2 per level";
             const Device gpu = Device::gpu(0);
             TestStream stream(gpu);
-            const Tensor x = upload(data.x, c.batch, c.n_dims, DType::f32, gpu);
-            const Tensor p = upload(data.params, 1, n, DType::f32, gpu);
-            const Tensor g = upload(data.dL_dy, c.batch, enc->n_output_dims(), DType::f32, gpu);
+            const DeviceInputs in = upload_inputs(c, *enc, data, gpu);
+            const Tensor &x = in.x, &p = in.p, &g = in.g;
             Tensor y(c.batch, enc->n_output_dims(), DType::f32, gpu);
             std::vector<double> prefill(static_cast<size_t>(n + kGuard));
             for (size_t i = 0; i < prefill.size(); ++i) prefill[i] = kGuards[i % 2];
@@ -655,9 +666,8 @@ TEST(GridGpu, GradientConversionAccumulatesAtEveryAlignment) {
                 const int64_t n = static_cast<int64_t>(enc->n_params());
                 const Device gpu = Device::gpu(0);
                 TestStream stream(gpu);
-                const Tensor x = upload(data.x, c->batch, c->n_dims, DType::f32, gpu);
-                const Tensor p = upload(data.params, 1, n, dtype, gpu);
-                const Tensor g = upload(data.dL_dy, c->batch, enc->n_output_dims(), dtype, gpu);
+                const DeviceInputs in = upload_inputs(*c, *enc, data, gpu);
+                const Tensor &x = in.x, &p = in.p, &g = in.g;
                 Tensor y(c->batch, enc->n_output_dims(), dtype, gpu);
                 std::vector<double> prefill(static_cast<size_t>(n + offset));
                 Pcg32 rng(47);
@@ -743,9 +753,8 @@ TEST(GridGpu, BackwardCapturedOnANewThreadReplays) {
                 const Device gpu = Device::gpu(0);
                 TestStream stream(gpu);
                 const int64_t n_params = static_cast<int64_t>(enc->n_params());
-                const Tensor x = upload(data.x, c.batch, c.n_dims, DType::f32, gpu);
-                const Tensor p = upload(data.params, 1, n_params, DType::f32, gpu);
-                const Tensor g = upload(data.dL_dy, c.batch, enc->n_output_dims(), DType::f32, gpu);
+                const DeviceInputs in = upload_inputs(c, *enc, data, gpu);
+                const Tensor &x = in.x, &p = in.p, &g = in.g;
                 Tensor y(c.batch, enc->n_output_dims(), DType::f32, gpu), dp(1, n_params, DType::f32, gpu);
                 auto step = [&] {
                     auto ctx = enc->forward(stream, x.view(), y.view(), p.data(), false);
@@ -791,9 +800,8 @@ TEST(GridGpu, SideStreamsFollowTheCallersStream) {
         const bool det = c.config.value("deterministic", false);
         const Device gpu = Device::gpu(0);
         const int64_t n_params = static_cast<int64_t>(enc->n_params());
-        const Tensor x = upload(data.x, c.batch, c.n_dims, DType::f32, gpu);
-        const Tensor p = upload(data.params, 1, n_params, DType::f32, gpu);
-        const Tensor g = upload(data.dL_dy, c.batch, enc->n_output_dims(), DType::f32, gpu);
+        const DeviceInputs in = upload_inputs(c, *enc, data, gpu);
+        const Tensor &x = in.x, &p = in.p, &g = in.g;
         // One output pair per backward: the two captures and 10 eager calls on their own streams.
         constexpr int kEager = 10, kRuns = 2 + kEager;
         std::vector<std::unique_ptr<TestStream>> streams;
@@ -955,9 +963,8 @@ TEST(GridGpu, TrainingStepReplaysFromACapturedGraph) {
         TestStream stream(gpu);
         const EncodingResult want = run_encoding(*enc, stream, data, c.batch);  // also the warm-up
         const int64_t n_out = enc->n_output_dims(), n_params = static_cast<int64_t>(enc->n_params());
-        const Tensor x = upload(data.x, c.batch, c.n_dims, DType::f32, gpu);
-        const Tensor g = upload(data.dL_dy, c.batch, n_out, DType::f16, gpu);
-        const Tensor p = upload(data.params, 1, n_params, DType::f16, gpu);
+        const DeviceInputs in = upload_inputs(c, *enc, data, gpu);
+        const Tensor &x = in.x, &p = in.p, &g = in.g;
         Tensor y(c.batch, n_out, DType::f16, gpu), dp(1, n_params, DType::f16, gpu), dx(c.batch, c.n_dims, DType::f32, gpu);
         TestGraph graph(stream);
         try {
@@ -992,9 +999,8 @@ TEST(CompositeGpu, BackwardOnAnotherStream) {
     TestStream s1(gpu), s2(gpu);
     const EncodingResult want = run_encoding(*enc, s1, data, c.batch);
     const int64_t n_out = enc->n_output_dims(), n_params = static_cast<int64_t>(enc->n_params());
-    const Tensor x = upload(data.x, c.batch, c.n_dims, DType::f32, gpu);
-    const Tensor g = upload(data.dL_dy, c.batch, n_out, DType::f32, gpu);
-    const Tensor p = upload(data.params, 1, n_params, DType::f32, gpu);
+    const DeviceInputs in = upload_inputs(c, *enc, data, gpu);
+    const Tensor &x = in.x, &p = in.p, &g = in.g;
     Tensor y(c.batch, n_out, DType::f32, gpu), dp(1, n_params, DType::f32, gpu), dx(c.batch, c.n_dims, DType::f32, gpu);
     auto ctx = enc->forward(s1, x.view(), y.view(), p.data(), true);
     View dx_view = dx.view();
