@@ -599,8 +599,9 @@ TEST(GridGpu, KernelVariantsAgree) {
 // and, for the last level, past the gradient (3 levels of 27 F = 2 entries, the last one 16-byte aligned:
 // floats 162 and 163 of a 162-float gradient). fp32 parameters, so the kernels reduce straight into the
 // caller's buffer: guard values after it (-0 and a subnormal, which any float atomic would turn into +0)
-// must keep their bits. And in accumulate mode the entries that receive nothing keep theirs too (a +0
-// added beside a neighbour's contribution would flush a subnormal and turn -0 into +0).
+// must keep their bits, and the gradient matches the reference. In accumulate mode the entries that
+// receive nothing keep their bits too (a +0 added beside a neighbour's contribution would flush a
+// subnormal and turn -0 into +0).
 TEST(GridGpu, SlotPairsStayInsideTheirLevelAndLeaveOtherEntriesAlone) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
@@ -617,6 +618,9 @@ TEST(GridGpu, SlotPairsStayInsideTheirLevelAndLeaveOtherEntriesAlone) {
             const auto enc = create_encoding(c.n_dims, c.config, DType::f32);
             const EncodingData data = make_data(c, *enc, DType::f32, 41);
             const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
+            const EncodingResult ref =
+                run_encoding(*create_encoding(c.n_dims, c.config, DType::f64), Stream::cpu(), data, c.batch);
+            const ErrorModel m = error_model(c, *enc);
             const int64_t n = static_cast<int64_t>(enc->n_params()), kGuard = 16;
             ASSERT_EQ(n % 2, 0) << "27 entries of F = 2 per level";
             const Device gpu = Device::gpu(0);
@@ -637,8 +641,11 @@ TEST(GridGpu, SlotPairsStayInsideTheirLevelAndLeaveOtherEntriesAlone) {
                     const float v = static_cast<float>(got[i]), want = kGuards[i % 2];
                     EXPECT_EQ(std::memcmp(&v, &want, sizeof v), 0) << "guard value " << i - n << " after the gradient";
                 }
+                if (mode == GradMode::overwrite)
+                    compare(std::vector<double>(got.begin(), got.begin() + n), ref.dL_dparams, naive.dL_dparams,
+                            m.dL_dparams, "dL/dparams");
                 for (int64_t i = 0; i < n; ++i) {
-                    if (naive.dL_dparams[i] != 0.0) continue;  // entries with contributions: KernelVariantsAgree
+                    if (naive.dL_dparams[i] != 0.0) continue;  // entries with contributions: compared above
                     const float v = static_cast<float>(got[i]);
                     const float want = mode == GradMode::overwrite ? 0.0f : kGuards[i % 2];
                     EXPECT_EQ(std::memcmp(&v, &want, sizeof v), 0) << "entry " << i << " without contributions";
@@ -650,8 +657,9 @@ TEST(GridGpu, SlotPairsStayInsideTheirLevelAndLeaveOtherEntriesAlone) {
 // The fast gradient's conversion from the fp32 scratch to fp16 / bf16 parameters: four values per thread
 // when the gradient is 4-element aligned (grid_gradient_from_float_quads_kernel, with its tail: 162
 // values for the Tiled case, 162 % 4 = 2), one per thread otherwise (the gradient one element further
-// on), in overwrite and accumulate mode. Accumulating onto a prefill gives the prefill plus the
-// overwritten gradient within one rounding of each to the dtype and the fp32 atomics' reordering.
+// on), in overwrite and accumulate mode. The overwritten gradient matches the reference; accumulating
+// onto a prefill gives the prefill plus the overwritten gradient within one rounding of each to the
+// dtype and the fp32 atomics' reordering.
 TEST(GridGpu, GradientConversionAccumulatesAtEveryAlignment) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
@@ -663,6 +671,9 @@ TEST(GridGpu, GradientConversionAccumulatesAtEveryAlignment) {
                 SCOPED_TRACE(msg(c->name, " ", dtype_name(dtype), " offset ", offset));
                 const auto enc = create_encoding(c->n_dims, c->config, dtype);
                 const EncodingData data = make_data(*c, *enc, dtype, 43);
+                const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c->batch);
+                const EncodingResult ref =
+                    run_encoding(*create_encoding(c->n_dims, c->config, DType::f64), Stream::cpu(), data, c->batch);
                 const int64_t n = static_cast<int64_t>(enc->n_params());
                 const Device gpu = Device::gpu(0);
                 TestStream stream(gpu);
@@ -682,6 +693,7 @@ TEST(GridGpu, GradientConversionAccumulatesAtEveryAlignment) {
                     return std::vector<double>(all.begin() + offset, all.end());
                 };
                 const std::vector<double> over = run(GradMode::overwrite), acc = run(GradMode::accumulate);
+                compare(over, ref.dL_dparams, naive.dL_dparams, error_model(*c, *enc).dL_dparams, "overwritten dL/dparams");
                 // The prefill as stored (rounded to the dtype), then the expected sums.
                 const std::vector<double> stored = [&] {
                     const std::vector<double> all = download(upload(prefill, 1, n + offset, dtype, gpu));
