@@ -351,13 +351,26 @@ struct FloatSink {
         template <uint32_t F> __device__ __forceinline__ bool shares_slot(uint32_t i0, uint32_t i1) const {
             return F <= 2 && pair && (i0 ^ i1) == 1u;
         }
+        // One reduction of entry i's 2-entry slot: `own` added to entry i, `other` to its slot neighbour i ^ 1.
+        template <uint32_t F>
+        __device__ __forceinline__ void reduce_slot(uint32_t i, const float (&own)[F], const float (&other)[F]) const {
+            const bool low = (i & 1u) == 0;
+            float* p = base + size_t(i & ~1u) * F;
+            float lo[F], hi[F];
+            TNN_UNROLL
+            for (uint32_t f = 0; f < F; ++f) {
+                lo[f] = low ? own[f] : other[f];
+                hi[f] = low ? other[f] : own[f];
+            }
+            if constexpr (F == 1) red_add2(p, lo[0], hi[0]);
+            else red_add4(p, lo[0], lo[1], hi[0], hi[1]);
+        }
         template <uint32_t F>
         __device__ __forceinline__ void add_slot(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[F]) const {
-            const bool in_order = i0 < i1;
-            const float wl = in_order ? w0 : w1, wh = in_order ? w1 : w0;
-            float* p = base + size_t(i0 & ~1u) * F;
-            if constexpr (F == 1) red_add2(p, wl * g[0], wh * g[0]);
-            else red_add4(p, wl * g[0], wl * g[1], wh * g[0], wh * g[1]);
+            float c0[F], c1[F];
+            TNN_UNROLL
+            for (uint32_t f = 0; f < F; ++f) c0[f] = w0 * g[f], c1[f] = w1 * g[f];
+            reduce_slot<F>(i0, c0, c1);
         }
         template <uint32_t F>
         __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[F]) const {
@@ -389,17 +402,10 @@ struct FloatSink {
             const float wj = __shfl_xor_sync(lanes, w, 1);
             const bool shared = (i ^ j) == 1u;
             if (shared && (corner & 1u) != 0) return;
-            const bool low = (i & 1u) == 0;
-            float* p = base + size_t(i & ~1u) * F;
-            float lo[F], hi[F];
+            float own[F], other[F];
             TNN_UNROLL
-            for (uint32_t f = 0; f < F; ++f) {
-                const float own = w * g[f], other = shared ? wj * g[f] : 0.0f;
-                lo[f] = low ? own : other;
-                hi[f] = low ? other : own;
-            }
-            if constexpr (F == 1) red_add2(p, lo[0], hi[0]);
-            else red_add4(p, lo[0], lo[1], hi[0], hi[1]);
+            for (uint32_t f = 0; f < F; ++f) own[f] = w * g[f], other[f] = shared ? wj * g[f] : 0.0f;
+            reduce_slot<F>(i, own, other);
         }
 #endif  // TNN_WITH_CUDA
     };
