@@ -1095,12 +1095,16 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- gradient conversion ---------------------------------------------------------------------------
 
-// dst = acc (overwrite) or dst + acc (accumulate), one rounding to T.
+// The gradient value a (overwrite) or *dst + a (accumulate; *dst is read only then), rounded once to T.
+template <typename T>
+__device__ __forceinline__ T gradient_value(float a, const T* dst, bool accumulate) {
+    return from_acc<T>(accumulate ? to_acc(*dst) + a : a);
+}
 template <typename T>
 __global__ void grid_gradient_from_float_kernel(const float* __restrict__ acc, T* __restrict__ dst, int64_t n,
                                                 bool accumulate) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        dst[i] = from_acc<T>(accumulate ? to_acc(dst[i]) + acc[i] : acc[i]);
+        dst[i] = gradient_value(acc[i], dst + i, accumulate);
 }
 
 // The same, four values per thread with 16-byte loads of acc and 4-element stores (acc 16-byte and dst
@@ -1113,7 +1117,7 @@ __global__ void grid_gradient_from_float_quads_kernel(const float* __restrict__ 
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < items; i += int64_t(gridDim.x) * blockDim.x) {
         if (i >= quads) {
             const int64_t j = 4 * quads + (i - quads);
-            dst[j] = from_acc<T>(accumulate ? to_acc(dst[j]) + acc[j] : acc[j]);
+            dst[j] = gradient_value(acc[j], dst + j, accumulate);
             continue;
         }
         const float4 a = reinterpret_cast<const float4*>(acc)[i];
@@ -1121,7 +1125,7 @@ __global__ void grid_gradient_from_float_quads_kernel(const float* __restrict__ 
         Quad q;
         if (accumulate) q = reinterpret_cast<const Quad*>(dst)[i];
         TNN_UNROLL
-        for (int k = 0; k < 4; ++k) q.v[k] = from_acc<T>(accumulate ? to_acc(q.v[k]) + av[k] : av[k]);
+        for (int k = 0; k < 4; ++k) q.v[k] = gradient_value(av[k], q.v + k, accumulate);
         reinterpret_cast<Quad*>(dst)[i] = q;
     }
 }
@@ -1137,7 +1141,7 @@ __global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, uint32_t n_f
     const int64_t begin = int64_t(L.offset) * n_features, n = int64_t(L.size) * n_features;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         const float value = from_fixed_point(static_cast<long long>(acc[begin + i]), k);
-        dst[begin + i] = from_acc<T>(accumulate ? to_acc(dst[begin + i]) + value : value);
+        dst[begin + i] = gradient_value(value, dst + begin + i, accumulate);
     }
 }
 
