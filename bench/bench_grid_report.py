@@ -82,6 +82,12 @@ def shape(r):
     return d, levels, f, t, nearest
 
 
+def global_levels(r):
+    """Levels whose fp32 gradient does not fit shared memory: reduced with global atomics."""
+    f = shape(r)[2]
+    return sum(1 for n in level_entries(r) if n * f * 4 > SHARED_BYTES)
+
+
 def floor_ms(r, fl):
     """(floor ms, what bounds it) of one timed pass (the helpers below work in seconds)."""
     d, levels, f, t, nearest = shape(r)
@@ -94,7 +100,7 @@ def floor_ms(r, fl):
 
     sizes = level_entries(r)
     l2_levels = sum(1 for n in sizes if n * entry > L1_BYTES)
-    global_levels = sum(1 for n in sizes if n * f * 4 > SHARED_BYTES)
+    n_global = global_levels(r)
 
     def forward():
         gathers = rows * l2_levels * pairs * chunks_per_pair
@@ -103,10 +109,10 @@ def floor_ms(r, fl):
     def backward(det):
         corners = 1 if nearest else 2 ** d
         if det:
-            ops, rate = rows * global_levels * corners * f, fl["red_u64_per_s"]
+            ops, rate = rows * n_global * corners * f, fl["red_u64_per_s"]
             scratch = n_params * (8 + 8 + t)  # zero, read the u64 accumulator, write the gradient
         else:
-            ops = rows * global_levels * (corners // 2 if f <= 2 and not nearest else corners) * max(1, f * 4 // 16)
+            ops = rows * n_global * (corners // 2 if f <= 2 and not nearest else corners) * max(1, f * 4 // 16)
             rate = fl["red_v4_per_s"]
             scratch = n_params * (4 + 4 + t) if t != 4 else n_params * 4
         b = io + scratch
@@ -128,8 +134,7 @@ def xpair_floor_ms(r, fl, key):
     d, _, f, _, nearest = shape(r)
     if key not in fl or nearest or f > 2:
         return None
-    global_levels = sum(1 for n in level_entries(r) if n * f * 4 > SHARED_BYTES)
-    return r["batch"] * global_levels * 2 ** (d - 1) / fl[key] * 1e3
+    return r["batch"] * global_levels(r) * 2 ** (d - 1) / fl[key] * 1e3
 
 
 def fmt(v, digits=3):
