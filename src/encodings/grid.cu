@@ -348,8 +348,10 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         } else if (mapping == 1) {
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         } else {
+            FloatSink hinted = sink;
+            hinted.l2_hints = static_cast<uint8_t>(var.l2_hints > 0 ? var.l2_hints : 0);
             for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(float), var))
-                L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, sink);
+                L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, hinted);
         }
         beside.join();
         if (direct) return;

@@ -316,6 +316,67 @@ __device__ __forceinline__ void red_add4(float* p, float a, float b, float c, fl
     atomicAdd(p + 3, d);
 #endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
 }
+// red_add2 / red_add4 with an L2 eviction policy (createpolicy); without the policy form, plain ones.
+__device__ __forceinline__ void red_add2(float* p, float a, float b, unsigned long long policy) {
+#if defined(TNN_WITH_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;" ::"l"(p), "f"(a), "f"(b), "l"(policy)
+                 : "memory");
+#else
+    (void)policy;
+    red_add2(p, a, b);
+#endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
+}
+__device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d, unsigned long long policy) {
+#if defined(TNN_WITH_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "f"(a), "f"(b), "f"(c),
+                 "f"(d), "l"(policy)
+                 : "memory");
+#else
+    (void)policy;
+    red_add4(p, a, b, c, d);
+#endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
+}
+
+// L2 eviction hints (sm_90 builds; Variant::l2_hints): the corner kernels' streaming loads (x, dL/dy:
+// read once per group of levels) marked evict-first, and their reductions into the group's
+// accumulators evict-last, so that the stream does not push the accumulators out of L2. The policies
+// come from createpolicy (no side effects, so the compiler may hoist it); elsewhere plain accesses.
+#if defined(TNN_WITH_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define TNN_GRID_L2_HINTS 1
+__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
+    unsigned long long p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ unsigned long long l2_evict_last_policy() {
+    unsigned long long p;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+#endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ float load_streaming(const float* p, bool hint) {
+#if defined(TNN_GRID_L2_HINTS)
+    if (hint) {
+        float v;
+        asm volatile("ld.global.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(p), "l"(l2_evict_first_policy()));
+        return v;
+    }
+#endif  // TNN_GRID_L2_HINTS
+    (void)hint;
+    return *p;
+}
+// A 4-byte word (a (row, level)'s dL/dy for F = 2 fp16 / bf16, F = 1 fp32), evict-first when `hint`.
+__device__ __forceinline__ uint32_t load_streaming_word(const void* p, bool hint) {
+#if defined(TNN_GRID_L2_HINTS)
+    if (hint) {
+        uint32_t v;
+        asm volatile("ld.global.L2::cache_hint.b32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(l2_evict_first_policy()));
+        return v;
+    }
+#endif  // TNN_GRID_L2_HINTS
+    (void)hint;
+    return *static_cast<const uint32_t*>(p);
+}
 
 // fp32 accumulation into acc (n_params floats, the level at offset * F). vec: vector reductions are
 // wanted; each level checks the alignment they need (Tiled levels of base^d entries start anywhere).
@@ -323,12 +384,15 @@ struct FloatSink {
     float* acc;
     bool vec;
     bool slot_pairs;  // Variant::slot_pairs (the corner kernels); off where acc holds the caller's values
+    uint8_t l2_hints = 0;  // Variant::l2_hints (the corner kernels over groups of levels): 1 loads evict-first
+                           // and reductions evict-last, 2 the loads only
 
     struct Level {
         float* base;
         bool vec;    // entries aligned for one v2 (F = 2) / v4 (F >= 4) reduction each
         bool pair;   // 2-entry slots aligned for one v2 (F = 1) / v4 (F = 2) reduction
         bool slots;  // pair, an even number of entries, and the corner kernels' lanes use it (slot_pairs)
+        bool keep;   // slot reductions marked evict-last in L2 (l2_hints 1)
         __device__ __forceinline__ bool skip() const { return false; }
         template <uint32_t F> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[F]) const {
             float* p = base + size_t(i) * F;
@@ -362,6 +426,14 @@ struct FloatSink {
                 lo[f] = low ? own[f] : other[f];
                 hi[f] = low ? other[f] : own[f];
             }
+#if defined(TNN_GRID_L2_HINTS)
+            if (keep) {
+                const unsigned long long policy = l2_evict_last_policy();
+                if constexpr (F == 1) red_add2(p, lo[0], hi[0], policy);
+                else red_add4(p, lo[0], lo[1], hi[0], hi[1], policy);
+                return;
+            }
+#endif  // TNN_GRID_L2_HINTS
             if constexpr (F == 1) red_add2(p, lo[0], hi[0]);
             else red_add4(p, lo[0], lo[1], hi[0], hi[1]);
         }
@@ -414,7 +486,8 @@ struct FloatSink {
         const uintptr_t addr = reinterpret_cast<uintptr_t>(base);
         const uintptr_t entry_alignment = F >= 4 ? 16 : 4 * F, pair_alignment = 8 * F;
         const bool pair = vec && F <= 2 && addr % pair_alignment == 0;
-        return Level{base, vec && addr % entry_alignment == 0, pair, pair && slot_pairs && (L.size & 1u) == 0};
+        return Level{base, vec && addr % entry_alignment == 0, pair, pair && slot_pairs && (L.size & 1u) == 0,
+                     l2_hints == 1};
     }
 };
 
@@ -811,11 +884,12 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock, row = row0 + threadIdx.x / kCorners;
     if (row >= rows) return;
     const unsigned lanes = row_lanes<kCorners>(row0, rows);
+    const bool hint = sink.l2_hints != 0;
     float xr[D], vr[D];
     TNN_UNROLL
     for (uint32_t d = 0; d < D; ++d) {
-        xr[d] = x[row * x_stride + d];
-        vr[d] = SECOND ? v[row * v_stride + d] : 0.0f;
+        xr[d] = load_streaming(x + row * x_stride + d, hint);
+        vr[d] = SECOND ? load_streaming(v + row * v_stride + d, hint) : 0.0f;
     }
     for (uint32_t i = 0; i < list.count; ++i) {
         const uint32_t level = list.ids[i];
@@ -825,7 +899,18 @@ __global__ void __launch_bounds__(kThreads)
         float w;
         if (!corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, corner, entry, w)) continue;
         float gv[F];
-        load_gradient<T, F>(g, g_layout, row, level, gv);
+        bool loaded = false;
+        if constexpr (sizeof(gpu::Packed<T, F>) == 4) {
+            if (g_layout.vec && hint) {  // one evict-first word: the (row, level)'s F values
+                const uint32_t word = load_streaming_word(g + g_layout.at(row, level), true);
+                gpu::Packed<T, F> packed;
+                memcpy(&packed, &word, 4);
+                TNN_UNROLL
+                for (uint32_t f = 0; f < F; ++f) gv[f] = to_acc(packed.v[f]);
+                loaded = true;
+            }
+        }
+        if (!loaded) load_gradient<T, F>(g, g_layout, row, level, gv);
         add_corner<D, F, SECOND>(a, sink.template level<F>(level, L), lanes, corner, entry, w, gv);
     }
 }

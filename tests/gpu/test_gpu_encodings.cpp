@@ -576,6 +576,8 @@ TEST(GridGpu, KernelVariantsAgree) {
                 variant_with([](auto& v) { v.fast_mapping = 2; v.level_group_kib = 64; }),
                 variant_with([](auto& v) { v.fast_mapping = 1; v.slot_pairs = 0; }),
                 variant_with([](auto& v) { v.fast_mapping = 2; v.slot_pairs = 0; }),
+                variant_with([](auto& v) { v.fast_mapping = 2; v.l2_hints = 1; }),
+                variant_with([](auto& v) { v.fast_mapping = 2; v.l2_hints = 2; v.level_group_kib = 64; }),
                 variant_with([](auto& v) {
                     v.fast_mapping = 0;
                     v.vector_atomics = 0;
