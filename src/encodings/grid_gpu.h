@@ -85,10 +85,12 @@ template <uint32_t N_DIMS>
 TNN_HD inline CornerTerms<N_DIMS> corner_terms(const LevelInfo& L, const uint32_t* cell, const uint32_t* factors) {
     CornerTerms<N_DIMS> t;
     const IndexMode mode = level_mode(L);
+    // The multiplier picked by masks, not branches: the kernels evaluate this per level and thread.
+    const uint32_t hash = mode == IndexMode::Hash ? ~0u : 0u, keep = mode == IndexMode::Zero ? 0u : ~0u;
     uint32_t stride = 1;
     TNN_UNROLL
     for (uint32_t d = 0; d < N_DIMS; ++d) {
-        const uint32_t m = mode == IndexMode::Zero ? 0u : (mode == IndexMode::Hash ? factors[d] : stride);
+        const uint32_t m = ((factors[d] & hash) | (stride & ~hash)) & keep;
         t.lo[d] = cell[d] * m;
         t.hi[d] = t.lo[d] + m;
         stride *= L.resolution;

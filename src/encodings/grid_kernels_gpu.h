@@ -470,8 +470,15 @@ struct FloatSink {
         __device__ __forceinline__ void add_lanes(unsigned lanes, uint32_t corner, uint32_t i, float w,
                                                   const float (&g)[F]) const {
             static_assert(F <= 2, "slots of two entries: F = 1 or 2");
-            const uint32_t j = __shfl_xor_sync(lanes, i, 1);
-            const float wj = __shfl_xor_sync(lanes, w, 1);
+            uint32_t j;
+            float wj;
+            if (lanes == 0xFFFFFFFFu) {  // a whole warp (all but a batch's last): no convergence check
+                j = __shfl_xor_sync(0xFFFFFFFFu, i, 1);
+                wj = __shfl_xor_sync(0xFFFFFFFFu, w, 1);
+            } else {
+                j = __shfl_xor_sync(lanes, i, 1);
+                wj = __shfl_xor_sync(lanes, w, 1);
+            }
             const bool shared = (i ^ j) == 1u;
             if (shared && (corner & 1u) != 0) return;
             float own[F], other[F];
@@ -651,11 +658,10 @@ __device__ __forceinline__ void load_gradient(const T* __restrict__ g, int64_t r
     TNN_UNROLL
     for (uint32_t f = 0; f < F; ++f) out[f] = to_acc(g[row * stride + size_t(level) * F + f]);
 }
+// A (row, level)'s F values of dL/dy at p: one load when `vec` (aligned, GradLayout::vec), else one per value.
 template <typename T, uint32_t F>
-__device__ __forceinline__ void load_gradient(const T* __restrict__ g, const GradLayout& layout, int64_t row,
-                                              uint32_t level, float (&out)[F]) {
-    const T* __restrict__ p = g + layout.at(row, level);
-    if (F > 1 && layout.vec) {
+__device__ __forceinline__ void load_gradient_values(const T* __restrict__ p, bool vec, float (&out)[F]) {
+    if (F > 1 && vec) {
         const gpu::Packed<T, F> w = *reinterpret_cast<const gpu::Packed<T, F>*>(p);  // one load, not F
         TNN_UNROLL
         for (uint32_t f = 0; f < F; ++f) out[f] = to_acc(w.v[f]);
@@ -663,6 +669,11 @@ __device__ __forceinline__ void load_gradient(const T* __restrict__ g, const Gra
     }
     TNN_UNROLL
     for (uint32_t f = 0; f < F; ++f) out[f] = to_acc(p[f]);
+}
+template <typename T, uint32_t F>
+__device__ __forceinline__ void load_gradient(const T* __restrict__ g, const GradLayout& layout, int64_t row,
+                                              uint32_t level, float (&out)[F]) {
+    load_gradient_values<T, F>(g + layout.at(row, level), layout.vec, out);
 }
 
 // dL/dy of levels [level0, level0 + n_levels) from the caller's rows to level-major order, as words W
@@ -771,11 +782,13 @@ __global__ void __launch_bounds__(kThreads)
 
 // Corner `corner` of a row at a level: its entry and weight (as row_contributions computes them);
 // false when the corner receives nothing (Nearest and stochastic interpolation feed one corner).
+// `factors`: a.factors, or the caller's copy in registers (the corner kernels over groups of levels read
+// them once: indexed constant loads under the level's mode cost branches per level).
 template <uint32_t D, bool SECOND>
 __device__ __forceinline__ bool corner_contribution(const KernelArgs& a, const LevelInfo& L, uint32_t level,
                                                    int64_t row, int64_t rows, const float* __restrict__ x,
                                                    const float* __restrict__ v, uint32_t corner, uint32_t& entry,
-                                                   float& weight) {
+                                                   float& weight, const uint32_t* factors) {
     const auto interp = static_cast<Interpolation>(a.interpolation);
     if constexpr (SECOND) {
         if (interp == Interpolation::Nearest) return false;
@@ -791,7 +804,7 @@ __device__ __forceinline__ bool corner_contribution(const KernelArgs& a, const L
         weight = 0.0f;
         TNN_UNROLL
         for (uint32_t d = 0; d < D; ++d) weight += v[d] * grad[d];
-        entry = corner_entry<D>(a, L, corner_terms<D>(L, cell, a.factors), cell, corner);
+        entry = corner_entry<D>(a, L, corner_terms<D>(L, cell, factors), cell, corner);
         return true;
     } else {
         const Located<D> p = locate<D>(x, L.scale, interp);
@@ -809,7 +822,7 @@ __device__ __forceinline__ bool corner_contribution(const KernelArgs& a, const L
         } else {
             weight = corner_weight<D>(p.w, corner);
         }
-        entry = corner_entry<D>(a, L, corner_terms<D>(L, p.cell, a.factors), p.cell, corner);
+        entry = corner_entry<D>(a, L, corner_terms<D>(L, p.cell, factors), p.cell, corner);
         return true;
     }
 }
@@ -863,7 +876,7 @@ __global__ void __launch_bounds__(kThreads)
     uint32_t entry;
     float w;
     if (!corner_contribution<D, SECOND>(a, L, level, row, rows, x + row * x_stride,
-                                        SECOND ? v + row * v_stride : nullptr, corner, entry, w))
+                                        SECOND ? v + row * v_stride : nullptr, corner, entry, w, a.factors))
         return;
     float gv[F];
     load_gradient<T, F>(g, g_layout, row, level, gv);
@@ -886,23 +899,27 @@ __global__ void __launch_bounds__(kThreads)
     const unsigned lanes = row_lanes<kCorners>(row0, rows);
     const bool hint = sink.l2_hints != 0;
     float xr[D], vr[D];
+    uint32_t factors[D];
     TNN_UNROLL
     for (uint32_t d = 0; d < D; ++d) {
         xr[d] = load_streaming(x + row * x_stride + d, hint);
         vr[d] = SECOND ? load_streaming(v + row * v_stride + d, hint) : 0.0f;
+        factors[d] = a.factors[d];
     }
+    const uint32_t corner = threadIdx.x % kCorners;
+    const T* __restrict__ g_row = g + row * g_layout.row_stride;
     for (uint32_t i = 0; i < list.count; ++i) {
         const uint32_t level = list.ids[i];
         const LevelInfo& L = a.levels[level];
-        const uint32_t corner = threadIdx.x % kCorners;
         uint32_t entry;
         float w;
-        if (!corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, corner, entry, w)) continue;
+        if (!corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, corner, entry, w, factors)) continue;
         float gv[F];
+        const T* __restrict__ g_level = g_row + size_t(level) * g_layout.level_stride;
         bool loaded = false;
         if constexpr (sizeof(gpu::Packed<T, F>) == 4) {
             if (g_layout.vec && hint) {  // one evict-first word: the (row, level)'s F values
-                const uint32_t word = load_streaming_word(g + g_layout.at(row, level), true);
+                const uint32_t word = load_streaming_word(g_level, true);
                 gpu::Packed<T, F> packed;
                 memcpy(&packed, &word, 4);
                 TNN_UNROLL
@@ -910,7 +927,7 @@ __global__ void __launch_bounds__(kThreads)
                 loaded = true;
             }
         }
-        if (!loaded) load_gradient<T, F>(g, g_layout, row, level, gv);
+        if (!loaded) load_gradient_values<T, F>(g_level, g_layout.vec, gv);
         add_corner<D, F, SECOND>(a, sink.template level<F>(level, L), lanes, corner, entry, w, gv);
     }
 }
@@ -936,7 +953,7 @@ __global__ void __launch_bounds__(kThreads)
     uint32_t entry;
     float w;
     if (!corner_contribution<D, SECOND>(a, L, level, row, rows, x + row * x_stride,
-                                        SECOND ? v + row * v_stride : nullptr, corner, entry, w))
+                                        SECOND ? v + row * v_stride : nullptr, corner, entry, w, a.factors))
         return;
     const long long q = to_fixed_point(w * to_acc(g[g_layout.at(row, level) + f]), k);
     if (q != 0) atomicAdd(acc + (size_t(L.offset) + entry) * F + f, static_cast<unsigned long long>(q));

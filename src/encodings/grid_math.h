@@ -142,10 +142,17 @@ TNN_HD inline uint32_t grid_index(GridType type, HashType hash, uint32_t n_dims,
 // float -> int32 as the GPU converts (saturating, NaN -> 0), then reinterpreted as uint32: tcnn's
 // (uint32_t)(int)floorf(pos), without C++'s undefined behaviour out of range.
 template <typename F> TNN_HD inline uint32_t cell_coordinate(F floored) {
+#if defined(__CUDA_ARCH__)
+    // The conversion instruction itself saturates and turns NaN into 0: one instruction instead of the
+    // three tests below, which cost the gradient kernels about a tenth of their instructions.
+    if constexpr (sizeof(F) == 4) return static_cast<uint32_t>(__float2int_rz(floored));
+    else return static_cast<uint32_t>(__double2int_rz(floored));
+#else
     if (!(floored == floored)) return 0u;
     if (floored >= F(2147483647.0)) return 0x7FFFFFFFu;
     if (floored <= F(-2147483648.0)) return 0x80000000u;
     return static_cast<uint32_t>(static_cast<int32_t>(floored));
+#endif  // __CUDA_ARCH__
 }
 
 // Interpolation weight w(t) of the upper vertex for the local coordinate t in [0, 1), and its first
