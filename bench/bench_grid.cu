@@ -808,6 +808,16 @@ int main(int argc, char** argv) {
     };
     if (!o.quick)
         for (const Row& r : rows) bench_row(r, o, s, results, {}, "auto");
+    // Fourteenth session: the shared-memory levels' slots in split fixed point (two native integer atomics
+    // per value) against fp32 slots (compare-and-swap loops), in QUICK runs too, on the rows whose
+    // gradient is mostly shared-memory levels, and on the main row (level 0, beside the global levels).
+    bench_row(fast, o, s, results, variant([](auto& v) { v.shared_fixed = 1; }), "shared_fixed");
+    for (const Row& r : {rows[0], rows[5], rows[6]}) {  // 2D, Dense, Tiled
+        Row fb = r;
+        fb.passes = {"fwd_bwd"};
+        if (o.quick) bench_row(fb, o, s, results, {}, "auto");
+        bench_row(fb, o, s, results, variant([](auto& v) { v.shared_fixed = 1; }), "shared_fixed");
+    }
 
     // tcnn's encoding + MLP training step and inference (2^18 and 2^20 rows).
     json model = json::array();

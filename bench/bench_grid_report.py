@@ -293,7 +293,8 @@ def main(out_dir):
     md += ["", "## Smaller rows (2^20)", "", "| row | pass | ms | floor ms | of floor | bound by |", "|---|---|---|---|---|---|"]
     for x in rows:
         if x.get("label") != MAIN and "ms" in x:
-            md.append(f"| {x['label']} | {x['pass']} | {x['ms']:.3f} | {x['floor_ms']:.3f} | "
+            label = x['label'] if x.get('variant') in (None, 'auto') else f"{x['label']} ({x['variant']})"
+            md.append(f"| {label} | {x['pass']} | {x['ms']:.3f} | {x['floor_ms']:.3f} | "
                       f"{x['fraction_of_floor']:.0%} | {x['bound_by']} |")
     errors = [x for x in rows if "error" in x]
     if errors:

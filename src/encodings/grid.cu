@@ -333,11 +333,14 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             acc = scratch.ptr<float>();
         }
         if (!direct || !accumulate) zero(stream, acc, n * sizeof(float));
-        const ReductionPlan plan =
-            plan_reduction(desc, c.rows, n_contributing, second, sizeof(float), shared_budget(stream, var));
+        // Shared-memory slots: fp32 (compare-and-swap loops), or split fixed point (two native integer
+        // atomics, 8 bytes per slot: Variant::shared_fixed).
+        const bool split = var.shared_fixed > 0;
+        const ReductionPlan plan = plan_reduction(desc, c.rows, n_contributing, second,
+                                                  split ? 2 * sizeof(uint32_t) : sizeof(float), shared_budget(stream, var));
         Beside beside(stream, c, overlap_shared(plan, var));
         L.param_grad_shared_float(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item,
-                                  plan.rows_per_block, plan.shared_bytes, g_data, gl, acc);
+                                  plan.rows_per_block, plan.shared_bytes, g_data, gl, acc, split);
         // Slot pairs add +0 beside lone contributions: not into the caller's values (accumulate, fp32).
         const FloatSink sink{acc, var.vector_atomics != 0, var.slot_pairs != 0 && !(direct && accumulate)};
         // Automatic: a thread per (row, corner) over groups of levels, or per (row, level) when one

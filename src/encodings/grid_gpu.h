@@ -219,6 +219,9 @@ struct Variant {
     int slot_pairs = -1;         // fast gradient with a thread per corner (fast_mapping 1, 2): an x-pair
                                  // whose entries share a 2-entry slot leaves as one reduction from the
                                  // lane of corner x (0: a reduction per lane, merged by the coalescer; -1: 1)
+    int shared_fixed = -1;       // fast gradient's shared-memory levels: 1 accumulates in split fixed point
+                                 // (two native 32-bit integer atomics per value) instead of fp32 slots, whose
+                                 // atomics are compare-and-swap loops (-1, 0: fp32)
     int l2_hints = -1;           // fast gradient over groups of levels (fast_mapping 2), sm_90: 1 marks the
                                  // x and dL/dy loads evict-first in L2 and the reductions evict-last, 2 the
                                  // loads only (-1, 0: no hints)

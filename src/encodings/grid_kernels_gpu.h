@@ -595,6 +595,38 @@ template <typename ACC> struct SharedSink {
     }
 };
 
+// Shared-memory slots in split fixed point (grid_param_grad_shared_split_kernel): a contribution c becomes
+// q = c * 2^k rounded to nearest, added as its low `lo_bits` bits (unsigned) to lo[slot] and the rest
+// (q >> lo_bits, signed) to hi[slot]. Both are 32-bit integer atomics, which shared memory does
+// natively, where a float atomic is a compare-and-swap loop (ATOMS.CAST.SPIN in the SASS of the float
+// sink, run 77). The kernel picks k and lo_bits so that neither sum can overflow, so the slot's value
+// hi * 2^lo_bits + lo is the exact sum of the q.
+struct SplitSink {
+    uint32_t* lo;
+    int* hi;
+    uint32_t f0, fs;
+    int k;
+    uint32_t lo_bits;
+
+    template <uint32_t F> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[F]) const {
+        TNN_UNROLL
+        for (uint32_t f = 0; f < F; ++f) {
+            if (f < f0 || f >= f0 + fs) continue;
+            const long long q = to_fixed_point(w * g[f], k);
+            const size_t slot = size_t(i) * fs + (f - f0);
+            const uint32_t low = static_cast<uint32_t>(q) & ((1u << lo_bits) - 1u);
+            const int high = static_cast<int>(q >> lo_bits);
+            if (low != 0) atomicAdd(lo + slot, low);
+            if (high != 0) atomicAdd(hi + slot, high);
+        }
+    }
+    template <uint32_t F>
+    __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[F]) const {
+        add<F>(i0, w0, g);
+        add<F>(i1, w1, g);
+    }
+};
+
 // Sends one row's contributions at one level to `sink`. x, v: the row's input and (SECOND) its
 // dL'/d(dL/dx); g: its dL/dy at the level.
 template <uint32_t D, uint32_t F, bool SECOND, typename SINK>
@@ -1027,6 +1059,82 @@ __device__ __forceinline__ uint32_t warp_max(uint32_t v) {
     return v;
 }
 
+// The fast gradient's shared-memory levels in split fixed point (Variant::shared_fixed): as
+// grid_param_grad_shared_kernel, but the slots are SplitSink's integer pairs (8 bytes per slot). A first
+// pass over the block's rows finds the largest sum of |contributions| one row sends to the level
+// (first_order_row_bound); with n rows, n * bound * 2^k < 2^(29 + lo_bits), and lo_bits such that
+// n * 2^D contributions of fewer than 2^lo_bits each fit 32 bits: then |sum of hi| < 2^30 + n * 2^D and
+// the sum of lo < 2^32. The flush converts each slot's exact sum with one rounding (from_fixed_point) and
+// adds it with a global float atomic. A block whose bound is not finite (NaN or inf in x or dL/dy)
+// accumulates in float slots as grid_param_grad_shared_kernel does, so that non-finite values propagate
+// the same way; the resolution n * bound * 2^-(29 + lo_bits) is about 2^-33 of the largest row's sum for
+// the main row's blocks, finer than the fp32 slots' rounding of their partial sums.
+template <typename T, uint32_t D, uint32_t F>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_grad_shared_split_kernel(const KernelArgs a, const SharedItems items, uint32_t blocks_per_item,
+                                        int64_t rows_per_block, int64_t rows, const float* __restrict__ x,
+                                        int64_t x_stride, const T* __restrict__ g, GradLayout g_layout,
+                                        float* __restrict__ acc) {
+    extern __shared__ unsigned char shared_bytes[];
+    __shared__ unsigned int block_bound_bits;
+    const SharedItems::Item item = items.items[blockIdx.x / blocks_per_item];
+    const uint32_t level = item.level, f0 = item.f0, fs = item.fs;
+    const LevelInfo& L = a.levels[level];
+    const uint32_t n_slots = L.size * fs;
+    uint32_t* lo = reinterpret_cast<uint32_t*>(shared_bytes);
+    int* hi = reinterpret_cast<int*>(lo + n_slots);
+    for (uint32_t i = threadIdx.x; i < 2 * n_slots; i += kThreads) lo[i] = 0u;
+    if (threadIdx.x == 0) block_bound_bits = 0u;
+    __syncthreads();
+    const int64_t begin = int64_t(blockIdx.x % blocks_per_item) * rows_per_block;
+    const int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
+    uint32_t bits = 0;  // non-negative floats (and NaN above inf) order as their bits
+    for (int64_t row = begin + threadIdx.x; row < end; row += kThreads) {
+        float gv[F];
+        load_gradient<T, F>(g, g_layout, row, level, gv);
+        bits = max(bits, __float_as_uint(fabsf(first_order_row_bound<D, F>(a, L, x + row * x_stride, gv))));
+    }
+    bits = warp_max(bits);
+    if ((threadIdx.x & 31u) == 0) atomicMax(&block_bound_bits, bits);
+    __syncthreads();
+    const uint32_t bound_bits = block_bound_bits;
+    if (bound_bits == 0 || end <= begin) return;  // every contribution is 0
+    // Contributions one slot can receive from the block: at most 2^D per row.
+    const uint64_t most = static_cast<uint64_t>(rows_per_block) << D;
+    const uint32_t lo_bits = 32u - (64u - static_cast<uint32_t>(__clzll(static_cast<long long>(most - 1))));
+    float* out = acc + size_t(L.offset) * F;
+    if (bound_bits >= 0x7F800000u || lo_bits < 8u) {
+        float* slots = reinterpret_cast<float*>(shared_bytes);  // zeroed above
+        const SharedSink<float> sink{slots, f0, fs, 0};
+        for (int64_t row = begin + threadIdx.x; row < end; row += kThreads) {
+            float gv[F];
+            load_gradient<T, F>(g, g_layout, row, level, gv);
+            row_contributions<D, F, false>(a, L, level, row, rows, x + row * x_stride, nullptr, gv, sink);
+        }
+        __syncthreads();
+        for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) {
+            const float value = slots[i];
+            if (value != 0.0f) atomicAdd(out + size_t(i / fs) * F + f0 + i % fs, value);
+        }
+        return;
+    }
+    int e = 0;
+    (void)frexp(static_cast<double>(__uint_as_float(bound_bits)) * static_cast<double>(end - begin) *
+                        (1.0 + 1.0 / 65536.0),
+                &e);  // n * bound < 2^e
+    const SplitSink sink{lo, hi, f0, fs, static_cast<int>(29u + lo_bits) - e, lo_bits};
+    for (int64_t row = begin + threadIdx.x; row < end; row += kThreads) {
+        float gv[F];
+        load_gradient<T, F>(g, g_layout, row, level, gv);
+        row_contributions<D, F, false>(a, L, level, row, rows, x + row * x_stride, nullptr, gv, sink);
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) {
+        const long long sum = static_cast<long long>(hi[i]) * (1ll << lo_bits) + static_cast<long long>(lo[i]);
+        if (sum != 0) atomicAdd(out + size_t(i / fs) * F + f0 + i % fs, from_fixed_point(sum, sink.k));
+    }
+}
+
 // The first-order bound of every listed level in one pass over the rows: a thread per row reads its x
 // once and its dL/dy level after level (contiguous across the warp in the level-major layout); block
 // maxima per level in shared memory (a warp maximum first, then one shared atomic per warp and
@@ -1289,9 +1397,10 @@ struct Launchers {
                                            const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                            const FloatSink&);
     // Shared-memory parameter gradient of small levels (first order), into a float or fixed-point accumulator.
+    // split: grid_param_grad_shared_split_kernel (Variant::shared_fixed; shared_bytes then 8 per slot).
     void (*param_grad_shared_float)(const Call&, DType, uint32_t n_features, const SharedItems&,
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
-                                    const void* g, GradLayout g_layout, float* acc);
+                                    const void* g, GradLayout g_layout, float* acc, bool split);
     void (*param_grad_shared_fixed)(const Call&, DType, uint32_t n_features, const SharedItems&,
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
                                     const void* g, GradLayout g_layout, unsigned long long* acc, const int* exponents);
@@ -1475,9 +1584,25 @@ template <uint32_t D> Launchers make_launchers() {
     };
     l.param_grad_shared_float = [](const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
                                    uint32_t bpi, int64_t rows_per_block, size_t shared_bytes, const void* g,
-                                   GradLayout g_layout, float* acc) {
-        launch_param_grad_shared<D>(c, dtype, n_features, items, bpi, rows_per_block, shared_bytes, g, g_layout, acc,
-                                    nullptr);
+                                   GradLayout g_layout, float* acc, bool split) {
+        if (!split) {
+            launch_param_grad_shared<D>(c, dtype, n_features, items, bpi, rows_per_block, shared_bytes, g, g_layout,
+                                        acc, nullptr);
+            return;
+        }
+        if (items.count == 0) return;
+        dispatch_storage(dtype, n_features, [&](auto t, auto f) {
+            using T = decltype(t);
+            constexpr uint32_t F = decltype(f)::value;
+            const auto kernel = grid_param_grad_shared_split_kernel<T, D, F>;
+            if (shared_bytes > kSharedBytes)
+                TNN_GPU_CHECK(gpu_func_set_attribute(kernel, gpu_func_attribute_max_dynamic_shared_memory_size,
+                                                     static_cast<int>(shared_bytes)));
+            kernel<<<dim3(items.count * bpi), kThreads, shared_bytes, c.stream>>>(
+                    *c.args, items, bpi, rows_per_block, c.rows, c.x, c.x_stride, static_cast<const T*>(g), g_layout,
+                    acc);
+            TNN_GPU_CHECK_LAUNCH("grid_param_grad_shared_split_kernel");
+        });
     };
     l.param_grad_shared_fixed = [](const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
                                    uint32_t bpi, int64_t rows_per_block, size_t shared_bytes, const void* g,

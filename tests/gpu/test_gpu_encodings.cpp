@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -577,6 +578,8 @@ TEST(GridGpu, KernelVariantsAgree) {
                 variant_with([](auto& v) { v.fast_mapping = 1; v.slot_pairs = 0; }),
                 variant_with([](auto& v) { v.fast_mapping = 2; v.slot_pairs = 0; }),
                 variant_with([](auto& v) { v.fast_mapping = 2; v.l2_hints = 1; }),
+                variant_with([](auto& v) { v.shared_fixed = 1; }),
+                variant_with([](auto& v) { v.shared_fixed = 1; v.shared_kib = 100; }),
                 variant_with([](auto& v) { v.fast_mapping = 2; v.l2_hints = 2; v.level_group_kib = 64; }),
                 variant_with([](auto& v) {
                     v.fast_mapping = 0;
@@ -653,6 +656,44 @@ TEST(GridGpu, SlotPairsStayInsideTheirLevelAndLeaveOtherEntriesAlone) {
                     EXPECT_EQ(std::memcmp(&v, &want, sizeof v), 0) << "entry " << i << " without contributions";
                 }
             }
+        }
+}
+
+// The shared-memory levels in split fixed point (Variant::shared_fixed): every level of a small Tiled grid
+// is reduced in shared memory, and the gradient matches the fp64 reference (fp32 and fp16 parameters,
+// 3 and 20 blocks of 1024 rows per level). A NaN in one row's dL/dy and an infinite x in another send their
+// blocks to fp32 slots: the entries those rows touch are NaN exactly where the CPU's are.
+TEST(GridGpu, SharedFixedSlotsMatchTheReferenceAndPropagateNonFinite) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    grid_gpu::set_variant(variant_with([](auto& v) { v.shared_fixed = 1; }));
+    for (DType dtype : {DType::f32, DType::f16})
+        for (int64_t batch : {int64_t(3000), int64_t(20000)}) {
+            SCOPED_TRACE(msg(dtype_name(dtype), " batch ", batch));
+            const EncodingCase c = grid_case("tiled3d_f2_shared", 3,
+                                             grid_config("TiledGrid", {{"n_levels", 4}, {"base_resolution", 6}}), batch);
+            const auto enc = create_encoding(c.n_dims, c.config, dtype);
+            EncodingData data = make_data(c, *enc, dtype, 43);
+            const ErrorModel m = error_model(c, *enc);
+            {
+                const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
+                const EncodingResult ref =
+                    run_encoding(*create_encoding(c.n_dims, c.config, DType::f64), Stream::cpu(), data, c.batch);
+                TestStream stream(Device::gpu(0));
+                const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
+                compare(got.dL_dparams, ref.dL_dparams, naive.dL_dparams, m.dL_dparams, "dL/dparams");
+            }
+            data.dL_dy[3 * enc->n_output_dims() + 1] = std::numeric_limits<double>::quiet_NaN();
+            data.x[size_t(batch - 5) * c.n_dims] = std::numeric_limits<double>::infinity();
+            const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
+            TestStream stream(Device::gpu(0));
+            const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
+            size_t n_nan = 0;
+            for (size_t i = 0; i < naive.dL_dparams.size(); ++i) {
+                n_nan += std::isnan(naive.dL_dparams[i]) ? 1 : 0;
+                EXPECT_EQ(std::isnan(got.dL_dparams[i]), std::isnan(naive.dL_dparams[i])) << "entry " << i;
+            }
+            EXPECT_GT(n_nan, 0u) << "the case must reach NaN entries";
         }
 }
 
