@@ -818,6 +818,12 @@ int main(int argc, char** argv) {
         if (o.quick) bench_row(fb, o, s, results, {}, "auto");
         bench_row(fb, o, s, results, variant([](auto& v) { v.shared_fixed = 1; }), "shared_fixed");
     }
+    {  // Tiled with room for both features of a level in one block (8-byte slots: 64 KiB per level)
+        Row fb = rows[6];
+        fb.passes = {"fwd_bwd"};
+        bench_row(fb, o, s, results, variant([](auto& v) { v.shared_fixed = 1; v.shared_kib = 96; }),
+                  "shared_fixed_96KiB");
+    }
 
     // tcnn's encoding + MLP training step and inference (2^18 and 2^20 rows).
     json model = json::array();
