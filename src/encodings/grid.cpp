@@ -69,6 +69,7 @@ public:
         m_gpu.n_levels = o.n_levels;
         m_gpu.n_features = o.n_features_per_level;
         m_gpu.dtype = dtype;
+        m_gpu.type = o.type;
         m_gpu.hash = o.hash;
         m_gpu.interpolation = o.interpolation;
         m_gpu.stochastic_interpolation = o.stochastic_interpolation;

@@ -174,6 +174,7 @@ namespace tnn::grid_gpu {
 struct GridDesc {
     uint32_t n_dims = 0, n_levels = 0, n_features = 0;  // n_features: per level
     DType dtype = DType::f32;
+    grid::GridType type = grid::GridType::Hash;
     grid::HashType hash = grid::HashType::CoherentPrime;
     grid::Interpolation interpolation = grid::Interpolation::Linear;
     bool stochastic_interpolation = false;
@@ -221,10 +222,13 @@ struct Variant {
                                  // lane of corner x (0: a reduction per lane, merged by the coalescer; -1: 1)
     int shared_fixed = -1;       // fast gradient's shared-memory levels: 1 accumulates in split fixed point
                                  // (two native 32-bit integer atomics per value) instead of fp32 slots, whose
-                                 // atomics are compare-and-swap loops (-1, 0: fp32)
+                                 // atomics are compare-and-swap loops; 0 fp32 slots (-1: 1 with 96 KiB of
+                                 // shared memory per block for Tiled grids, whose levels all go through shared
+                                 // memory with thousands of rows per entry; 0 for the others, where the
+                                 // 8-byte slots' extra passes cost more than they save: run 79)
     int l2_hints = -1;           // fast gradient over groups of levels (fast_mapping 2), sm_90: 1 marks the
                                  // x and dL/dy loads evict-first in L2 and the reductions evict-last, 2 the
-                                 // loads only (-1, 0: no hints)
+                                 // loads only, 0 no hints (-1: 1; 0.6-1.7% faster in runs 77-79)
 };
 void set_variant(const Variant& v);
 Variant variant();
