@@ -335,15 +335,24 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         if (!direct || !accumulate) zero(stream, acc, n * sizeof(float));
         // Shared-memory slots: fp32 (compare-and-swap loops), or split fixed point (two native integer
         // atomics, 8 bytes per slot: Variant::shared_fixed).
+        // Split fixed point by default for Tiled grids on CUDA devices, where shared float atomics are
+        // compare-and-swap loops (AMD GPUs add floats in LDS natively: fp32 slots there).
+#if defined(TNN_WITH_HIP)
+        constexpr bool kSplitTiled = false;
+#else
+        constexpr bool kSplitTiled = true;
+#endif  // TNN_WITH_HIP
         const bool tiled = desc.type == grid::GridType::Tiled;
-        const bool split = var.shared_fixed > 0 || (var.shared_fixed < 0 && tiled);
+        const bool split = var.shared_fixed > 0 || (var.shared_fixed < 0 && tiled && kSplitTiled);
         // Tiled's default: room for both features of a 16^3 level (64 KiB of 8-byte slots; 1.536 against
-        // 1.871 ms with 48 KiB and 4.030 with fp32 slots for the Tiled row's forward + backward, run 79).
+        // 1.871 ms with 48 KiB and 4.030 with fp32 slots for the Tiled row's forward + backward, run 79),
+        // where the device allows it. The split kernel's bound word comes out of the budget.
         Variant budget = var;
         if (split && tiled && var.shared_fixed < 0 && var.shared_kib < 0) budget.shared_kib = 96;
-        const ReductionPlan plan = plan_reduction(desc, c.rows, n_contributing, second,
-                                                  split ? 2 * sizeof(uint32_t) : sizeof(float),
-                                                  shared_budget(stream, budget));
+        const size_t shared_bytes_max = shared_budget(stream, budget);
+        const ReductionPlan plan = plan_reduction(
+                desc, c.rows, n_contributing, second, split ? 2 * sizeof(uint32_t) : sizeof(float),
+                split && shared_bytes_max > kSplitSharedExtra ? shared_bytes_max - kSplitSharedExtra : shared_bytes_max);
         Beside beside(stream, c, overlap_shared(plan, var));
         L.param_grad_shared_float(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item,
                                   plan.rows_per_block, plan.shared_bytes, g_data, gl, acc, split);

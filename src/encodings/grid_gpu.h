@@ -198,7 +198,8 @@ void backward_backward_input(const GridDesc& g, const Stream& stream, ConstView 
 struct Variant {
     int chunked_loads = -1;   // forward: 16-byte loads shared by x-neighbour corners (0: one load per value)
     int forward_threads = 0;  // threads per forward block (0: 256)
-    int shared_kib = -1;      // gradient: shared memory per block for small levels (-1: 48 KiB, no opt-in;
+    int shared_kib = -1;      // gradient: shared memory per block for small levels (-1: 48 KiB, no opt-in,
+                              // but 96 KiB where Tiled grids take split fixed point by default (shared_fixed);
                               // 0: no shared-memory levels; more: opt in, up to the device's maximum)
     int vector_atomics = -1;  // fast gradient: sm_90 v2/v4 float reductions (0: scalar)
     int fast_mapping = -1;    // fast gradient: 0 a thread per (row, level), x-pairs merged into one v4;
@@ -223,9 +224,10 @@ struct Variant {
     int shared_fixed = -1;       // fast gradient's shared-memory levels: 1 accumulates in split fixed point
                                  // (two native 32-bit integer atomics per value) instead of fp32 slots, whose
                                  // atomics are compare-and-swap loops; 0 fp32 slots (-1: 1 with 96 KiB of
-                                 // shared memory per block for Tiled grids, whose levels all go through shared
-                                 // memory with thousands of rows per entry; 0 for the others, where the
-                                 // 8-byte slots' extra passes cost more than they save: run 79)
+                                 // shared memory per block for Tiled grids on CUDA devices, whose levels all go
+                                 // through shared memory with thousands of rows per entry; 0 for the others,
+                                 // where the 8-byte slots' extra passes cost more than they save (run 79), and
+                                 // on AMD GPUs, which add floats in LDS natively)
     int l2_hints = -1;           // fast gradient over groups of levels (fast_mapping 2), sm_90: 1 marks the
                                  // x and dL/dy loads evict-first in L2 and the reductions evict-last, 2 the
                                  // loads only, 0 no hints (-1: 1; 0.6-1.7% faster in runs 77-79)

@@ -73,6 +73,8 @@ struct SharedItems {
 constexpr uint32_t kThreads = 256;  // threads per block of every kernel but the forward's (see Variant)
 // Shared memory a kernel may use without opting in, on every device.
 constexpr size_t kSharedBytes = 48 * 1024;
+// Dynamic shared memory grid_param_grad_shared_split_kernel needs beyond its slots (the block's bound).
+constexpr size_t kSplitSharedExtra = 16;
 
 // ---- storage types -----------------------------------------------------------------------------
 
@@ -365,7 +367,7 @@ __device__ __forceinline__ float load_streaming(const float* p, bool hint) {
     (void)hint;
     return *p;
 }
-// A 4-byte word (a (row, level)'s dL/dy for F = 2 fp16 / bf16, F = 1 fp32), evict-first when `hint`.
+// A 4-byte word (a (row, level)'s F = 2 values of dL/dy in fp16 / bf16), evict-first when `hint`.
 __device__ __forceinline__ uint32_t load_streaming_word(const void* p, bool hint) {
 #if defined(TNN_GRID_L2_HINTS)
     if (hint) {
@@ -1067,8 +1069,12 @@ __device__ __forceinline__ uint32_t warp_max(uint32_t v) {
 // the sum of lo < 2^32. The flush converts each slot's exact sum with one rounding (from_fixed_point) and
 // adds it with a global float atomic. A block whose bound is not finite (NaN or inf in x or dL/dy)
 // accumulates in float slots as grid_param_grad_shared_kernel does, so that non-finite values propagate
-// the same way; the resolution n * bound * 2^-(29 + lo_bits) is about 2^-33 of the largest row's sum for
-// the main row's blocks, finer than the fp32 slots' rounding of their partial sums.
+// the same way. The resolution n * bound * 2^-(29 + lo_bits) is absolute: about 2^-33 of the block's
+// largest row sum for the main row's blocks, finer than the fp32 slots' rounding of any partial sum near
+// that size, but a slot whose sum is tiny next to it keeps fewer significant bits than fp32 slots would.
+// (A product w * g rounded up beside a subnormal g can exceed its row's bound, by at most 2x; the sums
+// keep 2x of headroom in hi below 2^31 for that.) Dynamic shared memory: the slots (8 bytes each), then
+// one 16-byte unit for the block's bound, which launchers count (kSplitSharedExtra).
 template <typename T, uint32_t D, uint32_t F>
 __global__ void __launch_bounds__(kThreads)
     grid_param_grad_shared_split_kernel(const KernelArgs a, const SharedItems items, uint32_t blocks_per_item,
@@ -1076,13 +1082,13 @@ __global__ void __launch_bounds__(kThreads)
                                         int64_t x_stride, const T* __restrict__ g, GradLayout g_layout,
                                         float* __restrict__ acc) {
     extern __shared__ unsigned char shared_bytes[];
-    __shared__ unsigned int block_bound_bits;
     const SharedItems::Item item = items.items[blockIdx.x / blocks_per_item];
     const uint32_t level = item.level, f0 = item.f0, fs = item.fs;
     const LevelInfo& L = a.levels[level];
     const uint32_t n_slots = L.size * fs;
     uint32_t* lo = reinterpret_cast<uint32_t*>(shared_bytes);
     int* hi = reinterpret_cast<int*>(lo + n_slots);
+    unsigned int& block_bound_bits = *reinterpret_cast<unsigned int*>(shared_bytes + size_t(n_slots) * 8);
     for (uint32_t i = threadIdx.x; i < 2 * n_slots; i += kThreads) lo[i] = 0u;
     if (threadIdx.x == 0) block_bound_bits = 0u;
     __syncthreads();
@@ -1095,12 +1101,14 @@ __global__ void __launch_bounds__(kThreads)
         bits = max(bits, __float_as_uint(fabsf(first_order_row_bound<D, F>(a, L, x + row * x_stride, gv))));
     }
     bits = warp_max(bits);
-    if ((threadIdx.x & 31u) == 0) atomicMax(&block_bound_bits, bits);
+    if (threadIdx.x % warpSize == 0) atomicMax(&block_bound_bits, bits);
     __syncthreads();
     const uint32_t bound_bits = block_bound_bits;
     if (bound_bits == 0 || end <= begin) return;  // every contribution is 0
-    // Contributions one slot can receive from the block: at most 2^D per row.
-    const uint64_t most = static_cast<uint64_t>(rows_per_block) << D;
+    // Contributions one slot can receive from the block: at most 2^D per row (one for Nearest and
+    // stochastic rows, which feed one corner).
+    const bool one_corner = static_cast<Interpolation>(a.interpolation) == Interpolation::Nearest || a.stochastic;
+    const uint64_t most = static_cast<uint64_t>(rows_per_block) << (one_corner ? 0u : D);
     const uint32_t lo_bits = 32u - (64u - static_cast<uint32_t>(__clzll(static_cast<long long>(most - 1))));
     float* out = acc + size_t(L.offset) * F;
     if (bound_bits >= 0x7F800000u || lo_bits < 8u) {
@@ -1595,10 +1603,11 @@ template <uint32_t D> Launchers make_launchers() {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
             const auto kernel = grid_param_grad_shared_split_kernel<T, D, F>;
-            if (shared_bytes > kSharedBytes)
+            const size_t bytes = shared_bytes + kSplitSharedExtra;  // grid.cu plans the slots within budget - extra
+            if (bytes > kSharedBytes)
                 TNN_GPU_CHECK(gpu_func_set_attribute(kernel, gpu_func_attribute_max_dynamic_shared_memory_size,
-                                                     static_cast<int>(shared_bytes)));
-            kernel<<<dim3(items.count * bpi), kThreads, shared_bytes, c.stream>>>(
+                                                     static_cast<int>(bytes)));
+            kernel<<<dim3(items.count * bpi), kThreads, bytes, c.stream>>>(
                     *c.args, items, bpi, rows_per_block, c.rows, c.x, c.x_stride, static_cast<const T*>(g), g_layout,
                     acc);
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_shared_split_kernel");

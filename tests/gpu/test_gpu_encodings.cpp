@@ -662,17 +662,32 @@ TEST(GridGpu, SlotPairsStayInsideTheirLevelAndLeaveOtherEntriesAlone) {
 
 // The shared-memory levels in split fixed point (Variant::shared_fixed): every level of a small Tiled grid
 // is reduced in shared memory, and the gradient matches the fp64 reference (fp32 and fp16 parameters,
-// 3 and 20 blocks of 1024 rows per level). A NaN in one row's dL/dy and an infinite x in another send their
-// blocks to fp32 slots: the entries those rows touch are NaN exactly where the CPU's are.
+// 3 and 20 blocks of 1024 rows per level; Linear, and Nearest, whose rows feed one corner). The default
+// Tiled grid (16^3 tiles, F = 2: 64 KiB of 8-byte slots per level) with the default variant, which on
+// CUDA devices is split fixed point with 96 KiB per block (an opt-in launch). A NaN in one row's dL/dy
+// and an infinite x in another send their blocks to fp32 slots: the entries those rows touch are NaN
+// exactly where the CPU's are.
 TEST(GridGpu, SharedFixedSlotsMatchTheReferenceAndPropagateNonFinite) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
-    grid_gpu::set_variant(variant_with([](auto& v) { v.shared_fixed = 1; }));
-    for (DType dtype : {DType::f32, DType::f16})
-        for (int64_t batch : {int64_t(3000), int64_t(20000)}) {
-            SCOPED_TRACE(msg(dtype_name(dtype), " batch ", batch));
-            const EncodingCase c = grid_case("tiled3d_f2_shared", 3,
-                                             grid_config("TiledGrid", {{"n_levels", 4}, {"base_resolution", 6}}), batch);
+    struct Case {
+        const char* name;
+        json config;
+        int64_t batch;
+        int shared_fixed;  // the variant's value (-1: the default)
+    };
+    const json small_tiles = grid_config("TiledGrid", {{"n_levels", 4}, {"base_resolution", 6}});
+    const std::vector<Case> cases = {
+            {"tiled3d_f2_shared", small_tiles, 3000, 1},
+            {"tiled3d_f2_shared", small_tiles, 20000, 1},
+            {"tiled3d_nearest_shared",
+             grid_config("TiledGrid", {{"n_levels", 2}, {"base_resolution", 6}, {"interpolation", "Nearest"}}), 8000, 1},
+            {"tiled3d_f2_default", grid_config("TiledGrid", {{"n_levels", 2}, {"base_resolution", 16}}), 8192, -1}};
+    for (const Case& k : cases)
+        for (DType dtype : {DType::f32, DType::f16}) {
+            SCOPED_TRACE(msg(k.name, " ", dtype_name(dtype), " batch ", k.batch));
+            grid_gpu::set_variant(variant_with([&](auto& v) { v.shared_fixed = k.shared_fixed; }));
+            const EncodingCase c = grid_case(k.name, 3, k.config, k.batch);
             const auto enc = create_encoding(c.n_dims, c.config, dtype);
             EncodingData data = make_data(c, *enc, dtype, 43);
             const ErrorModel m = error_model(c, *enc);
@@ -685,7 +700,7 @@ TEST(GridGpu, SharedFixedSlotsMatchTheReferenceAndPropagateNonFinite) {
                 compare(got.dL_dparams, ref.dL_dparams, naive.dL_dparams, m.dL_dparams, "dL/dparams");
             }
             data.dL_dy[3 * enc->n_output_dims() + 1] = std::numeric_limits<double>::quiet_NaN();
-            data.x[size_t(batch - 5) * c.n_dims] = std::numeric_limits<double>::infinity();
+            data.x[size_t(k.batch - 5) * c.n_dims] = std::numeric_limits<double>::infinity();
             const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
             TestStream stream(Device::gpu(0));
             const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
