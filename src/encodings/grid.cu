@@ -88,6 +88,31 @@ size_t shared_budget(const Stream& stream, const Variant& v) {
     return std::min(std::max(optin, kSharedBytes), static_cast<size_t>(v.shared_kib) * 1024);
 }
 
+// How the fast gradient's shared-memory levels accumulate: fp32 slots, whose atomics are compare-and-swap
+// loops on NVIDIA GPUs, or split fixed point (two native 32-bit integer atomics per value, 8 bytes per
+// slot; Variant::shared_fixed). Split by default for Tiled grids on CUDA devices (AMD GPUs add floats in
+// LDS natively), with room for both features of a 16^3 level (64 KiB of slots): the Tiled row's forward
+// + backward 1.536 ms against 1.871 with 48 KiB and 4.030 with fp32 slots (run 79). The split kernel's
+// bound word comes out of the budget.
+struct SharedSlots {
+    bool split;
+    size_t slot_bytes, budget;
+};
+SharedSlots fast_shared_slots(const GridDesc& desc, const Stream& stream, const Variant& v) {
+#if defined(TNN_WITH_HIP)
+    constexpr bool kSplitTiled = false;
+#else
+    constexpr bool kSplitTiled = true;
+#endif  // TNN_WITH_HIP
+    const bool tiled = desc.type == grid::GridType::Tiled;
+    const bool split = v.shared_fixed > 0 || (v.shared_fixed < 0 && tiled && kSplitTiled);
+    if (!split) return {false, sizeof(float), shared_budget(stream, v)};
+    Variant budget = v;
+    if (tiled && v.shared_fixed < 0 && v.shared_kib < 0) budget.shared_kib = 96;
+    const size_t bytes = shared_budget(stream, budget);
+    return {true, 2 * sizeof(uint32_t), bytes > kSplitSharedExtra ? bytes - kSplitSharedExtra : 0};
+}
+
 // Whether a first-order row feeds one corner per level (Nearest, stochastic interpolation) rather
 // than all 2^D of them.
 bool one_corner_per_level(const GridDesc& g) {
@@ -333,29 +358,12 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             acc = scratch.ptr<float>();
         }
         if (!direct || !accumulate) zero(stream, acc, n * sizeof(float));
-        // Shared-memory slots: fp32 (compare-and-swap loops), or split fixed point (two native integer
-        // atomics, 8 bytes per slot: Variant::shared_fixed).
-        // Split fixed point by default for Tiled grids on CUDA devices, where shared float atomics are
-        // compare-and-swap loops (AMD GPUs add floats in LDS natively: fp32 slots there).
-#if defined(TNN_WITH_HIP)
-        constexpr bool kSplitTiled = false;
-#else
-        constexpr bool kSplitTiled = true;
-#endif  // TNN_WITH_HIP
-        const bool tiled = desc.type == grid::GridType::Tiled;
-        const bool split = var.shared_fixed > 0 || (var.shared_fixed < 0 && tiled && kSplitTiled);
-        // Tiled's default: room for both features of a 16^3 level (64 KiB of 8-byte slots; 1.536 against
-        // 1.871 ms with 48 KiB and 4.030 with fp32 slots for the Tiled row's forward + backward, run 79),
-        // where the device allows it. The split kernel's bound word comes out of the budget.
-        Variant budget = var;
-        if (split && tiled && var.shared_fixed < 0 && var.shared_kib < 0) budget.shared_kib = 96;
-        const size_t shared_bytes_max = shared_budget(stream, budget);
-        const ReductionPlan plan = plan_reduction(
-                desc, c.rows, n_contributing, second, split ? 2 * sizeof(uint32_t) : sizeof(float),
-                split && shared_bytes_max > kSplitSharedExtra ? shared_bytes_max - kSplitSharedExtra : shared_bytes_max);
+        const SharedSlots slots = fast_shared_slots(desc, stream, var);
+        const ReductionPlan plan =
+            plan_reduction(desc, c.rows, n_contributing, second, slots.slot_bytes, slots.budget);
         Beside beside(stream, c, overlap_shared(plan, var));
         L.param_grad_shared_float(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item,
-                                  plan.rows_per_block, plan.shared_bytes, g_data, gl, acc, split);
+                                  plan.rows_per_block, plan.shared_bytes, g_data, gl, acc, slots.split);
         // Slot pairs add +0 beside lone contributions: not into the caller's values (accumulate, fp32).
         const FloatSink sink{acc, var.vector_atomics != 0, var.slot_pairs != 0 && !(direct && accumulate)};
         // Automatic: a thread per (row, corner) over groups of levels, or per (row, level) when one

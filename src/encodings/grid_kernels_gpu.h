@@ -356,18 +356,8 @@ __device__ __forceinline__ unsigned long long l2_evict_last_policy() {
     return p;
 }
 #endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ float load_streaming(const float* p, bool hint) {
-#if defined(TNN_GRID_L2_HINTS)
-    if (hint) {
-        float v;
-        asm volatile("ld.global.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(p), "l"(l2_evict_first_policy()));
-        return v;
-    }
-#endif  // TNN_GRID_L2_HINTS
-    (void)hint;
-    return *p;
-}
-// A 4-byte word (a (row, level)'s F = 2 values of dL/dy in fp16 / bf16), evict-first when `hint`.
+// A 4-byte word at p (an fp32 x, or a (row, level)'s F = 2 values of dL/dy in fp16 / bf16), marked
+// evict-first in L2 when `hint`.
 __device__ __forceinline__ uint32_t load_streaming_word(const void* p, bool hint) {
 #if defined(TNN_GRID_L2_HINTS)
     if (hint) {
@@ -378,6 +368,13 @@ __device__ __forceinline__ uint32_t load_streaming_word(const void* p, bool hint
 #endif  // TNN_GRID_L2_HINTS
     (void)hint;
     return *static_cast<const uint32_t*>(p);
+}
+__device__ __forceinline__ float load_streaming(const float* p, bool hint) {
+#if defined(TNN_GRID_L2_HINTS)
+    if (hint) return __uint_as_float(load_streaming_word(p, true));
+#endif  // TNN_GRID_L2_HINTS
+    (void)hint;
+    return *p;
 }
 
 // fp32 accumulation into acc (n_params floats, the level at offset * F). vec: vector reductions are
@@ -692,9 +689,21 @@ __device__ __forceinline__ void load_gradient(const T* __restrict__ g, int64_t r
     TNN_UNROLL
     for (uint32_t f = 0; f < F; ++f) out[f] = to_acc(g[row * stride + size_t(level) * F + f]);
 }
-// A (row, level)'s F values of dL/dy at p: one load when `vec` (aligned, GradLayout::vec), else one per value.
+// A (row, level)'s F values of dL/dy at p: one load when `vec` (aligned, GradLayout::vec), else one per value;
+// `hint`: a 4-byte load marked evict-first in L2 (load_streaming_word).
 template <typename T, uint32_t F>
-__device__ __forceinline__ void load_gradient_values(const T* __restrict__ p, bool vec, float (&out)[F]) {
+__device__ __forceinline__ void load_gradient_values(const T* __restrict__ p, bool vec, float (&out)[F],
+                                                     bool hint = false) {
+    if constexpr (sizeof(gpu::Packed<T, F>) == 4 && F > 1) {
+        if (vec && hint) {
+            const uint32_t word = load_streaming_word(p, true);
+            gpu::Packed<T, F> packed;
+            memcpy(&packed, &word, 4);
+            TNN_UNROLL
+            for (uint32_t f = 0; f < F; ++f) out[f] = to_acc(packed.v[f]);
+            return;
+        }
+    }
     if (F > 1 && vec) {
         const gpu::Packed<T, F> w = *reinterpret_cast<const gpu::Packed<T, F>*>(p);  // one load, not F
         TNN_UNROLL
@@ -949,19 +958,7 @@ __global__ void __launch_bounds__(kThreads)
         float w;
         if (!corner_contribution<D, SECOND>(a, L, level, row, rows, xr, vr, corner, entry, w, factors)) continue;
         float gv[F];
-        const T* __restrict__ g_level = g_row + size_t(level) * g_layout.level_stride;
-        bool loaded = false;
-        if constexpr (sizeof(gpu::Packed<T, F>) == 4) {
-            if (g_layout.vec && hint) {  // one evict-first word: the (row, level)'s F values
-                const uint32_t word = load_streaming_word(g_level, true);
-                gpu::Packed<T, F> packed;
-                memcpy(&packed, &word, 4);
-                TNN_UNROLL
-                for (uint32_t f = 0; f < F; ++f) gv[f] = to_acc(packed.v[f]);
-                loaded = true;
-            }
-        }
-        if (!loaded) load_gradient_values<T, F>(g_level, g_layout.vec, gv);
+        load_gradient_values<T, F>(g_row + size_t(level) * g_layout.level_stride, g_layout.vec, gv, hint);
         add_corner<D, F, SECOND>(a, sink.template level<F>(level, L), lanes, corner, entry, w, gv);
     }
 }
@@ -993,6 +990,31 @@ __global__ void __launch_bounds__(kThreads)
     if (q != 0) atomicAdd(acc + (size_t(L.offset) + entry) * F + f, static_cast<unsigned long long>(q));
 }
 
+// The block's rows [begin, end) of a shared-memory item send their first-order contributions at `level`
+// to `sink` (threads stride over the rows).
+template <typename T, uint32_t D, uint32_t F, typename SINK>
+__device__ __forceinline__ void shared_item_rows(const KernelArgs& a, const LevelInfo& L, uint32_t level,
+                                                 int64_t begin, int64_t end, int64_t rows, const float* __restrict__ x,
+                                                 int64_t x_stride, const T* __restrict__ g, const GradLayout& g_layout,
+                                                 const SINK& sink) {
+    for (int64_t row = begin + threadIdx.x; row < end; row += kThreads) {
+        float gv[F];
+        load_gradient<T, F>(g, g_layout, row, level, gv);
+        row_contributions<D, F, false>(a, L, level, row, rows, x + row * x_stride, nullptr, gv, sink);
+    }
+}
+
+// Adds the nonzero slots of a shared-memory item (features [f0, f0 + fs) of each entry) to its level's
+// accumulator `out`: consecutive threads, consecutive addresses.
+template <uint32_t F, typename ACC>
+__device__ __forceinline__ void flush_shared_slots(const ACC* slots, uint32_t n_slots, uint32_t f0, uint32_t fs,
+                                                   ACC* __restrict__ out) {
+    for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) {
+        const ACC value = slots[i];
+        if (value != ACC(0)) atomicAdd(out + size_t(i / fs) * F + f0 + i % fs, value);
+    }
+}
+
 // Shared-memory reduction of small levels: block b reduces item items[b / blocks_per_item] over rows
 // [(b % blocks_per_item) * rows_per_block, +rows_per_block) into slots (dynamic shared memory), then
 // adds the nonzero slots to the global accumulator (consecutive threads, consecutive addresses).
@@ -1017,18 +1039,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const int64_t begin = int64_t(blockIdx.x % blocks_per_item) * rows_per_block;
     const int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
-    const SharedSink<ACC> sink{slots, f0, fs, k};
-    for (int64_t row = begin + threadIdx.x; row < end; row += kThreads) {
-        float gv[F];
-        load_gradient<T, F>(g, g_layout, row, level, gv);
-        row_contributions<D, F, false>(a, L, level, row, rows, x + row * x_stride, nullptr, gv, sink);
-    }
+    shared_item_rows<T, D, F>(a, L, level, begin, end, rows, x, x_stride, g, g_layout,
+                              SharedSink<ACC>{slots, f0, fs, k});
     __syncthreads();
-    ACC* out = acc + size_t(L.offset) * F;
-    for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) {
-        const ACC value = slots[i];
-        if (value != ACC(0)) atomicAdd(out + size_t(i / fs) * F + f0 + i % fs, value);
-    }
+    flush_shared_slots<F>(slots, n_slots, f0, fs, acc + size_t(L.offset) * F);
 }
 
 // A first-order row's sum of |contribution| at a level, bounded without enumerating its corners: the
@@ -1113,17 +1127,10 @@ __global__ void __launch_bounds__(kThreads)
     float* out = acc + size_t(L.offset) * F;
     if (bound_bits >= 0x7F800000u || lo_bits < 8u) {
         float* slots = reinterpret_cast<float*>(shared_bytes);  // zeroed above
-        const SharedSink<float> sink{slots, f0, fs, 0};
-        for (int64_t row = begin + threadIdx.x; row < end; row += kThreads) {
-            float gv[F];
-            load_gradient<T, F>(g, g_layout, row, level, gv);
-            row_contributions<D, F, false>(a, L, level, row, rows, x + row * x_stride, nullptr, gv, sink);
-        }
+        shared_item_rows<T, D, F>(a, L, level, begin, end, rows, x, x_stride, g, g_layout,
+                                  SharedSink<float>{slots, f0, fs, 0});
         __syncthreads();
-        for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) {
-            const float value = slots[i];
-            if (value != 0.0f) atomicAdd(out + size_t(i / fs) * F + f0 + i % fs, value);
-        }
+        flush_shared_slots<F>(slots, n_slots, f0, fs, out);
         return;
     }
     int e = 0;
@@ -1131,11 +1138,7 @@ __global__ void __launch_bounds__(kThreads)
                         (1.0 + 1.0 / 65536.0),
                 &e);  // n * bound < 2^e
     const SplitSink sink{lo, hi, f0, fs, static_cast<int>(29u + lo_bits) - e, lo_bits};
-    for (int64_t row = begin + threadIdx.x; row < end; row += kThreads) {
-        float gv[F];
-        load_gradient<T, F>(g, g_layout, row, level, gv);
-        row_contributions<D, F, false>(a, L, level, row, rows, x + row * x_stride, nullptr, gv, sink);
-    }
+    shared_item_rows<T, D, F>(a, L, level, begin, end, rows, x, x_stride, g, g_layout, sink);
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) {
         const long long sum = static_cast<long long>(hi[i]) * (1ll << lo_bits) + static_cast<long long>(lo[i]);
