@@ -783,8 +783,12 @@ int main(int argc, char** argv) {
                   "level_groups_" + std::to_string(mib) + "MiB");
     // Fourteenth session: L2 eviction hints in the fast gradient over groups of levels (on by default since
     // run 79): the x and dL/dy loads evict-first, with the reductions evict-last (1) or without (2).
-    bench_row(fast, o, s, results, variant([](auto& v) { v.l2_hints = 0; }), "no_l2_hints");
-    bench_row(fast, o, s, results, variant([](auto& v) { v.l2_hints = 2; }), "l2_hints_loads_only");
+    // Fifteenth: with fwd_bwd too (a forward after the backward: run 81 measured fwd_bwd 50 us above
+    // forward + backward with the evict-last lines left in L2), and those lines kept (no discard).
+    const Row hints = main_row({"backward", "fwd_bwd"});
+    bench_row(hints, o, s, results, variant([](auto& v) { v.l2_hints = 0; }), "no_l2_hints");
+    bench_row(hints, o, s, results, variant([](auto& v) { v.l2_hints = 2; }), "l2_hints_loads_only");
+    bench_row(hints, o, s, results, variant([](auto& v) { v.discard_scratch = 0; }), "keep_scratch_lines");
     // The locality experiment (section 5 of bench/notes_grid.md): the main row's passes on the same
     // rows in Morton order, and the device sort's cost. In QUICK runs too: it is what is being decided.
     json locality = json::array();

@@ -359,6 +359,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         }
         if (!direct || !accumulate) zero(stream, acc, n * sizeof(float));
         const SharedSlots slots = fast_shared_slots(desc, stream, var);
+        bool discard = false;  // the scratch's lines dropped from L2 by the conversion
         const ReductionPlan plan =
             plan_reduction(desc, c.rows, n_contributing, second, slots.slot_bytes, slots.budget);
         Beside beside(stream, c, overlap_shared(plan, var));
@@ -374,8 +375,11 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         } else if (mapping == 1) {
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         } else {
+            // Evict-last reductions only into our scratch, whose lines the conversion drops from L2;
+            // the caller's fp32 gradient (direct) gets the loads' hints alone.
             FloatSink hinted = sink;
-            hinted.l2_hints = static_cast<uint8_t>(var.l2_hints < 0 ? 1 : var.l2_hints);
+            hinted.l2_hints = static_cast<uint8_t>(var.l2_hints >= 0 ? var.l2_hints : direct ? 2 : 1);
+            discard = hinted.l2_hints == 1 && !direct && var.discard_scratch != 0;
             for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(float), var))
                 L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, hinted);
         }
@@ -388,8 +392,8 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             // Four values per thread when both sides allow it (not timed apart: notes_grid.md section 8).
             if (aligned(acc, 16) && aligned(dst, 4 * sizeof(T))) {
                 grid_gradient_from_float_quads_kernel<T>
-                    <<<gpu::elementwise_grid(count / 4 + count % 4), gpu::kElementwiseThreads, 0, s>>>(acc, dst, count,
-                                                                                                   accumulate);
+                    <<<gpu::elementwise_grid(count / 4 + count % 4), gpu::kElementwiseThreads, 0, s>>>(
+                        acc, dst, count, accumulate, discard && aligned(acc, 128));
                 TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_quads_kernel");
             } else {
                 grid_gradient_from_float_kernel<T>

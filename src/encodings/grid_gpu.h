@@ -230,7 +230,11 @@ struct Variant {
                                  // on AMD GPUs, which add floats in LDS natively)
     int l2_hints = -1;           // fast gradient over groups of levels (fast_mapping 2), sm_90: 1 marks the
                                  // x and dL/dy loads evict-first in L2 and the reductions evict-last, 2 the
-                                 // loads only, 0 no hints (-1: 1; 0.6-1.7% faster in runs 77-79)
+                                 // loads only, 0 no hints (-1: 1 into our fp32 scratch, 0.6-1.7% faster in
+                                 // runs 77-79; 2 into the caller's fp32 gradient, whose lines would stay
+                                 // evict-last after the call)
+    int discard_scratch = 1;     // with l2_hints 1: the conversion drops the fp32 scratch's lines from L2
+                                 // once read (no write-back, no evict-last lines left); 0 keeps them
 };
 void set_variant(const Variant& v);
 Variant variant();

@@ -1328,26 +1328,47 @@ __global__ void grid_gradient_from_float_kernel(const float* __restrict__ acc, T
         dst[i] = gradient_value(acc[i], dst + i, accumulate);
 }
 
+// The 128-byte L2 line at p (128-byte aligned) dropped without being written back (PTX discard: a weak
+// write of an indeterminate value). For the fp32 scratch whose reductions were marked evict-last
+// (Variant::l2_hints 1): once converted those lines are dead, and evict-last lines left behind keep
+// L2 from the next kernels (the forward after a backward measured 3% slower with them, run 81).
+__device__ __forceinline__ void discard_l2_line(const void* p) {
+#if defined(TNN_GRID_L2_HINTS)
+    asm volatile("discard.global.L2 [%0], 128;" : : "l"(p) : "memory");
+#else
+    (void)p;
+#endif  // TNN_GRID_L2_HINTS
+}
+
 // The same, four values per thread with 16-byte loads of acc and 4-element stores (acc 16-byte and dst
 // 4-element aligned, gpu::Packed): items [0, n / 4) are quads, the next n % 4 items the tail's values.
+// discard (acc 128-byte aligned, dead after this kernel): each whole 128-byte line of acc leaves L2
+// unwritten once its 8 quads are read; the 8 are consecutive lanes of one warp in one iteration (the
+// blocks' steps are multiples of 32), so a __syncwarp orders their loads before lane 8k's discard.
 template <typename T>
 __global__ void grid_gradient_from_float_quads_kernel(const float* __restrict__ acc, T* __restrict__ dst, int64_t n,
-                                                      bool accumulate) {
+                                                      bool accumulate, bool discard) {
     using Quad = gpu::Packed<T, 4>;
-    const int64_t quads = n / 4, items = quads + n % 4;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < items; i += int64_t(gridDim.x) * blockDim.x) {
-        if (i >= quads) {
+    const int64_t quads = n / 4, items = quads + n % 4, step = int64_t(gridDim.x) * blockDim.x;
+    // Every lane of a warp runs the same iterations (the __syncwarp below).
+    for (int64_t first = int64_t(blockIdx.x) * blockDim.x; first < items; first += step) {
+        const int64_t i = first + threadIdx.x;
+        if (i >= quads && i < items) {
             const int64_t j = 4 * quads + (i - quads);
             dst[j] = gradient_value(acc[j], dst + j, accumulate);
-            continue;
+        } else if (i < quads) {
+            const float4 a = reinterpret_cast<const float4*>(acc)[i];
+            const float av[4] = {a.x, a.y, a.z, a.w};
+            Quad q;
+            if (accumulate) q = reinterpret_cast<const Quad*>(dst)[i];
+            TNN_UNROLL
+            for (int k = 0; k < 4; ++k) q.v[k] = gradient_value(av[k], q.v + k, accumulate);
+            reinterpret_cast<Quad*>(dst)[i] = q;
         }
-        const float4 a = reinterpret_cast<const float4*>(acc)[i];
-        const float av[4] = {a.x, a.y, a.z, a.w};
-        Quad q;
-        if (accumulate) q = reinterpret_cast<const Quad*>(dst)[i];
-        TNN_UNROLL
-        for (int k = 0; k < 4; ++k) q.v[k] = gradient_value(av[k], q.v + k, accumulate);
-        reinterpret_cast<Quad*>(dst)[i] = q;
+        if (discard) {
+            __syncwarp();
+            if (i % 8 == 0 && i + 8 <= quads) discard_l2_line(acc + 4 * i);
+        }
     }
 }
 

@@ -578,6 +578,8 @@ TEST(GridGpu, KernelVariantsAgree) {
                 variant_with([](auto& v) { v.fast_mapping = 1; v.slot_pairs = 0; }),
                 variant_with([](auto& v) { v.fast_mapping = 2; v.slot_pairs = 0; }),
                 variant_with([](auto& v) { v.fast_mapping = 2; v.l2_hints = 0; }),
+                variant_with([](auto& v) { v.fast_mapping = 2; v.l2_hints = 1; }),
+                variant_with([](auto& v) { v.fast_mapping = 2; v.l2_hints = 1; v.discard_scratch = 0; }),
                 variant_with([](auto& v) { v.shared_fixed = 0; }),
                 variant_with([](auto& v) { v.shared_fixed = 1; }),
                 variant_with([](auto& v) { v.shared_fixed = 1; v.shared_kib = 100; }),
