@@ -1344,13 +1344,14 @@ __device__ __forceinline__ void discard_l2_line(const void* p) {
 // 4-element aligned, gpu::Packed): items [0, n / 4) are quads, the next n % 4 items the tail's values.
 // discard (acc 128-byte aligned, dead after this kernel): each whole 128-byte line of acc leaves L2
 // unwritten once its 8 quads are read; the 8 are consecutive lanes of one warp in one iteration (the
-// blocks' steps are multiples of 32), so a __syncwarp orders their loads before lane 8k's discard.
+// blocks' steps are multiples of 32), so a warp barrier orders their loads before lane 8k's discard
+// (acc is not const: the discard writes it, and no read-only-cache loads may be used for it).
 template <typename T>
-__global__ void grid_gradient_from_float_quads_kernel(const float* __restrict__ acc, T* __restrict__ dst, int64_t n,
+__global__ void grid_gradient_from_float_quads_kernel(float* __restrict__ acc, T* __restrict__ dst, int64_t n,
                                                       bool accumulate, bool discard) {
     using Quad = gpu::Packed<T, 4>;
     const int64_t quads = n / 4, items = quads + n % 4, step = int64_t(gridDim.x) * blockDim.x;
-    // Every lane of a warp runs the same iterations (the __syncwarp below).
+    // Every lane of a warp runs the same iterations (the warp barrier below).
     for (int64_t first = int64_t(blockIdx.x) * blockDim.x; first < items; first += step) {
         const int64_t i = first + threadIdx.x;
         if (i >= quads && i < items) {
@@ -1366,7 +1367,7 @@ __global__ void grid_gradient_from_float_quads_kernel(const float* __restrict__ 
             reinterpret_cast<Quad*>(dst)[i] = q;
         }
         if (discard) {
-            __syncwarp();
+            gpu::sync_warp();
             if (i % 8 == 0 && i + 8 <= quads) discard_l2_line(acc + 4 * i);
         }
     }

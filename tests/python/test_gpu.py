@@ -247,7 +247,9 @@ def test_cuda_graph_training_step_capture_and_replay():
         loss = (model(x).float() - target).square().mean()
         opt.zero_grad(set_to_none=False)  # gradients stay in place: the graph reads and writes the same memory
         loss.backward()
-        return loss
+        # Detached: a loss that keeps its autograd graph keeps the parameters' AccumulateGrad node of one
+        # warm-up stream alive into the next capture on another stream (torch 2.11 warns about it).
+        return loss.detach()
 
     def step_and_update():
         loss = step()
