@@ -379,7 +379,11 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             // the caller's fp32 gradient (direct) gets the loads' hints alone.
             FloatSink hinted = sink;
             hinted.l2_hints = static_cast<uint8_t>(var.l2_hints >= 0 ? var.l2_hints : direct ? 2 : 1);
-            discard = hinted.l2_hints == 1 && !direct && var.discard_scratch != 0;
+            // The discard exists on sm_90 builds only (TNN_GRID_L2_HINTS): elsewhere its warp barrier
+            // would be all the kernel got.
+            const int cc = gpu::device_properties(stream.device().index).capability;
+            discard = hinted.l2_hints == 1 && !direct && var.discard_scratch != 0 && gpu::is_nvidia(cc) &&
+                      cc >= gpu::kCcHopper;
             for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(float), var))
                 L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, hinted);
         }
@@ -390,6 +394,8 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             T* dst = static_cast<T*>(dL_dparams);
             const int64_t count = static_cast<int64_t>(n);
             // Four values per thread when both sides allow it (not timed apart: notes_grid.md section 8).
+            // The discard's lines are 8 lanes of one warp: blocks of whole warps.
+            static_assert(gpu::kElementwiseThreads % 32 == 0, "grid conversion: blocks of whole warps");
             if (aligned(acc, 16) && aligned(dst, 4 * sizeof(T))) {
                 grid_gradient_from_float_quads_kernel<T>
                     <<<gpu::elementwise_grid(count / 4 + count % 4), gpu::kElementwiseThreads, 0, s>>>(

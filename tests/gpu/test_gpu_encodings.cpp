@@ -1061,6 +1061,89 @@ TEST(GridGpu, TrainingStepReplaysFromACapturedGraph) {
     }
 }
 
+// The fast gradient of 16-bit grids (fp32 scratch, converted at the end; on sm_90 the conversion drops
+// the scratch's L2 lines once read) captured in a graph: replays after the scratch's pool memory was
+// reused give the eager gradient within the fp32 atomics' reordering plus one rounding to T apart.
+TEST(GridGpu, HalfGradientReplaysFromACapturedGraph) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    grid_gpu::set_variant({});
+    for (DType dtype : {DType::f16, DType::bf16}) {
+        const EncodingCase& c = case_named("hash3d_f2_linear");
+        SCOPED_TRACE(dtype_name(dtype));
+        const auto enc = create_encoding(c.n_dims, c.config, dtype);
+        const EncodingData data = make_data(c, *enc, dtype, 29);
+        const Device gpu = Device::gpu(0);
+        TestStream stream(gpu);
+        const int64_t n_params = static_cast<int64_t>(enc->n_params());
+        const DeviceInputs in = upload_inputs(c, *enc, data, gpu);
+        const Tensor &x = in.x, &p = in.p, &g = in.g;
+        Tensor y(c.batch, enc->n_output_dims(), dtype, gpu), dp(1, n_params, dtype, gpu);
+        auto step = [&] {
+            auto ctx = enc->forward(stream, x.view(), y.view(), p.data(), false);
+            enc->backward(stream, *ctx, x.view(), y.view(), g.view(), nullptr, dp.data(), p.data(), GradMode::overwrite);
+        };
+        step();  // eager: the reference, and the warm-up
+        stream.stream().synchronize();
+        const std::vector<double> want = download(dp);
+        TestGraph graph(stream);
+        step();
+        ASSERT_TRUE(graph.end());
+        const double atol = static_cast<double>(c.batch) * 8 * dtype_epsilon(DType::f32) * (1 + max_abs(want));
+        for (int replay = 0; replay < 2; ++replay) {
+            fill(stream, dp.view(), 3.0);
+            step();  // eager between replays: the pool hands the scratch's memory out again
+            fill(stream, dp.view(), 3.0);
+            ASSERT_TRUE(graph.launch());
+            stream.stream().synchronize();
+            expect_close(download(dp), want, atol + std::ldexp(1.0, -24), 2 * dtype_epsilon(dtype),
+                         "graph replay dL/dparams");
+        }
+    }
+}
+
+// A scratch larger than one pass of the conversion's grid (more than 65536 blocks x 256 threads of
+// quads: 4 hashed levels of 2^22 entries, F = 8, 2^27 values), so that its grid-stride loop (and the
+// discard of each whole line) runs twice: the fast gradient against the deterministic one, which goes
+// through another conversion kernel, within the fp32 reordering plus one rounding; entries no row
+// touched exactly zero.
+TEST(GridGpu, LargeGradientConversionLoopsOverTheScratch) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    grid_gpu::set_variant({});
+    const json config = {{"otype", "HashGrid"}, {"n_levels", 4}, {"n_features_per_level", 8}, {"log2_hashmap_size", 22},
+                         {"base_resolution", 256}, {"per_level_scale", 2.0}, {"interpolation", "Linear"}};
+    json det_config = config;
+    det_config["deterministic"] = true;
+    const auto fast = create_encoding(3, config, DType::f16), det = create_encoding(3, det_config, DType::f16);
+    const int64_t rows = 4096, n_params = static_cast<int64_t>(fast->n_params()), n_out = fast->n_output_dims();
+    ASSERT_GT(n_params / 4, int64_t(65536) * 256) << "the case must need two passes of the conversion's grid";
+    const Device gpu = Device::gpu(0);
+    TestStream stream(gpu);
+    std::vector<float> p32(static_cast<size_t>(n_params));
+    fast->init_params(5, p32.data());
+    const Tensor x = upload(random_vector(size_t(rows) * 3, 0.0, 1.0, 41), rows, 3, DType::f32, gpu);
+    const Tensor p = upload(std::vector<double>(p32.begin(), p32.end()), 1, n_params, DType::f16, gpu);
+    const Tensor g = upload(random_vector(size_t(rows * n_out), -1.0, 1.0, 43), rows, n_out, DType::f16, gpu);
+    Tensor y(rows, n_out, DType::f16, gpu), dp(1, n_params, DType::f16, gpu);
+    auto gradient = [&](const Encoding& e) {
+        fill(stream, dp.view(), 3.0);
+        auto ctx = e.forward(stream, x.view(), y.view(), p.data(), false);
+        e.backward(stream, *ctx, x.view(), y.view(), g.view(), nullptr, dp.data(), p.data(), GradMode::overwrite);
+        stream.stream().synchronize();
+        return download(dp);
+    };
+    const std::vector<double> want = gradient(*det), got = gradient(*fast);
+    size_t touched = 0;
+    for (double v : want) touched += v != 0.0;
+    EXPECT_GT(touched, size_t(0));
+    const double atol = static_cast<double>(rows) * 8 * dtype_epsilon(DType::f32) * (1 + max_abs(want));
+    expect_close(got, want, atol + std::ldexp(1.0, -24), 2 * dtype_epsilon(DType::f16), "fast against deterministic");
+    size_t nonzero_untouched = 0;
+    for (size_t i = 0; i < want.size(); ++i) nonzero_untouched += want[i] == 0.0 && got[i] != 0.0;
+    EXPECT_EQ(nonzero_untouched, size_t(0)) << "entries no row touched must be zero";
+}
+
 // A Product composite keeps its nested outputs in the forward stream's temporary memory: a backward
 // on another stream, without synchronisation in between, must see them.
 TEST(CompositeGpu, BackwardOnAnotherStream) {
