@@ -206,6 +206,22 @@ def main(out_dir):
             summary["targets"].append({"pass": "backward_det / backward", "rows": b, "ratio": ratio, "met": met})
             md.append(f"| 2^{log2} | {fast['ms']:.3f} | {det['ms']:.3f} | {ratio:.2f} | <= {DETERMINISTIC_TARGET} | "
                       f"{'yes' if met else 'NO'} | {fmt(ff and ff['ms'])} | {fmt(fd and fd['ms'])} |")
+    # Forward + backward against the two passes timed alone: what one pass leaves behind for the next (in
+    # L2: run 81's evict-last lines cost the forward after a backward 50 us, notes_grid.md section 10).
+    seq_rows = []
+    for log2 in (20, 21):
+        b = 1 << log2
+        fw, bw, fb = ours_ms("forward", b), ours_ms("backward", b), ours_ms("fwd_bwd", b)
+        if fw and bw and fb:
+            excess_us = 1000 * (fb["ms"] - fw["ms"] - bw["ms"])
+            summary.setdefault("sequence", []).append({"rows": b, "forward_ms": fw["ms"], "backward_ms": bw["ms"],
+                                                       "fwd_bwd_ms": fb["ms"], "excess_us": excess_us})
+            seq_rows.append(f"| 2^{log2} | {fw['ms']:.3f} | {bw['ms']:.3f} | {fw['ms'] + bw['ms']:.3f} | {fb['ms']:.3f} | "
+                            f"{excess_us:.0f} |")
+    if seq_rows:
+        md += ["", "Forward + backward against the passes alone (the excess is what one pass costs the next, e.g. "
+               "through what it leaves in L2; at 2^20 7-11 us in runs 76-79, 82 and 84, 50 us in run 81):", "",
+               "| rows | forward ms | backward ms | sum ms | fwd_bwd ms | excess us |", "|---|---|---|---|---|---|"] + seq_rows
     # The fast backward against its reductions at the x-pair rates measured in this run (notes_grid.md
     # section 8): today's layout (a pair sharing a 2-entry slot as one v4, the others per lane) and the
     # permuted extra arrays that are not built (the m = 3 and 7 pairs in slots of their own).
