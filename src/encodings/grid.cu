@@ -359,36 +359,36 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         }
         if (!direct || !accumulate) zero(stream, acc, n * sizeof(float));
         const SharedSlots slots = fast_shared_slots(desc, stream, var);
-        bool discard = false;  // the scratch's lines dropped from L2 by the conversion
         const ReductionPlan plan =
             plan_reduction(desc, c.rows, n_contributing, second, slots.slot_bytes, slots.budget);
         Beside beside(stream, c, overlap_shared(plan, var));
         L.param_grad_shared_float(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item,
                                   plan.rows_per_block, plan.shared_bytes, g_data, gl, acc, slots.split);
-        // Slot pairs add +0 beside lone contributions: not into the caller's values (accumulate, fp32).
-        const FloatSink sink{acc, var.vector_atomics != 0, var.slot_pairs != 0 && !(direct && accumulate)};
         // Automatic: a thread per (row, corner) over groups of levels, or per (row, level) when one
         // corner receives all.
         const int mapping = var.fast_mapping >= 0 ? var.fast_mapping : one_corner ? 0 : 2;
+        // L2 hints of the threads over groups of levels: evict-last reductions only into our scratch,
+        // whose lines the conversion drops from L2; the caller's fp32 gradient (direct) gets the loads'
+        // hints alone.
+        const int l2_hints = mapping != 2 ? 0 : var.l2_hints >= 0 ? var.l2_hints : direct ? 2 : 1;
+        // Slot pairs add +0 beside lone contributions: not into the caller's values (accumulate, fp32).
+        const FloatSink sink{acc, var.vector_atomics != 0, var.slot_pairs != 0 && !(direct && accumulate),
+                             static_cast<uint8_t>(l2_hints)};
         if (mapping == 0) {
             L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         } else if (mapping == 1) {
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         } else {
-            // Evict-last reductions only into our scratch, whose lines the conversion drops from L2;
-            // the caller's fp32 gradient (direct) gets the loads' hints alone.
-            FloatSink hinted = sink;
-            hinted.l2_hints = static_cast<uint8_t>(var.l2_hints >= 0 ? var.l2_hints : direct ? 2 : 1);
-            // The discard exists on sm_90 builds only (TNN_GRID_L2_HINTS): elsewhere its warp barrier
-            // would be all the kernel got.
-            const int cc = gpu::device_properties(stream.device().index).capability;
-            discard = hinted.l2_hints == 1 && !direct && var.discard_scratch != 0 && gpu::is_nvidia(cc) &&
-                      cc >= gpu::kCcHopper;
             for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(float), var))
-                L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, hinted);
+                L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, sink);
         }
         beside.join();
         if (direct) return;
+        // The scratch's evict-last lines dropped once converted: sm_90 builds only (TNN_GRID_L2_HINTS),
+        // elsewhere its warp barrier would be all the kernel got; whole lines of a 128-byte aligned scratch.
+        const int cc = gpu::device_properties(stream.device().index).capability;
+        const bool discard = l2_hints == 1 && var.discard_scratch != 0 && gpu::is_nvidia(cc) &&
+                             cc >= gpu::kCcHopper && aligned(acc, 128);
         dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
             using T = decltype(t);
             T* dst = static_cast<T*>(dL_dparams);
@@ -399,7 +399,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             if (aligned(acc, 16) && aligned(dst, 4 * sizeof(T))) {
                 grid_gradient_from_float_quads_kernel<T>
                     <<<gpu::elementwise_grid(count / 4 + count % 4), gpu::kElementwiseThreads, 0, s>>>(
-                        acc, dst, count, accumulate, discard && aligned(acc, 128));
+                        acc, dst, count, accumulate, discard);
                 TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_quads_kernel");
             } else {
                 grid_gradient_from_float_kernel<T>
