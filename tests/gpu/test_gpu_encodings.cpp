@@ -1117,7 +1117,8 @@ TEST(GridGpu, LargeGradientConversionLoopsOverTheScratch) {
     det_config["deterministic"] = true;
     const auto fast = create_encoding(3, config, DType::f16), det = create_encoding(3, det_config, DType::f16);
     const int64_t rows = 4096, n_params = static_cast<int64_t>(fast->n_params()), n_out = fast->n_output_dims();
-    ASSERT_GT(n_params / 4, int64_t(65536) * 256) << "the case must need two passes of the conversion's grid";
+    ASSERT_GT(n_params / 4, gpu::kMaxElementwiseBlocks * gpu::kElementwiseThreads)
+        << "the case must need two passes of the conversion's grid";
     const Device gpu = Device::gpu(0);
     TestStream stream(gpu);
     std::vector<float> p32(static_cast<size_t>(n_params));
