@@ -149,6 +149,9 @@ def main(out_dir):
     fl = ours["floors"]
     torch_doc = load(os.path.join(out_dir, "bench_grid_torch.json")) or {"results": []}
     torch_ms = {(t["impl"], t["pass"], t["batch"]): t["ms"] for t in torch_doc["results"] if "ms" in t}
+    # run_grid_bench.sh marks a file it reused (TORCH_FROM) instead of measuring PyTorch in this run.
+    torch_origin = (f"NOT measured in this run: reused from {torch_doc['reused_from']}" if "reused_from" in torch_doc
+                    else "measured in this run" if torch_ms else "not run")
 
     rows = []
     for r in ours["results"]:
@@ -167,7 +170,7 @@ def main(out_dir):
         return None
 
     md = ["# Grid encoding benchmark", "",
-          f"Device: {ours['device']}; tiny-rdna4-nn {ours['version']}; PyTorch {torch_doc.get('torch', 'not run')}.",
+          f"Device: {ours['device']}; tiny-rdna4-nn {ours['version']}; PyTorch {torch_doc.get('torch', 'not run')} ({torch_origin}).",
           "GPU time per call (CUDA graphs of back-to-back calls, events, median of 5 rounds). Main row: 3D HashGrid,",
           "16 levels, F = 2, 2^19 entries per level, base 16, scale 1.5, Linear; fp32 input in [0,1], fp16",
           "parameters and output; backward = parameter gradient (overwrite).", "",
@@ -192,7 +195,7 @@ def main(out_dir):
                       f"{sp:.2f}x | {SPEEDUP_TARGET}x | {'yes' if met else 'NO'} | {fmt(te)} | {fmt(tco)} |")
     md += ["", f"The issue's PyTorch figures at 2^20 (forward / fwd+bwd): eager {TORCH_ISSUE['eager'][0]} / "
            f"{TORCH_ISSUE['eager'][1]} ms, torch.compile {TORCH_ISSUE['compile'][0]} / {TORCH_ISSUE['compile'][1]} ms "
-           "(another implementation; the columns above are ours, bench/bench_grid_torch.py, measured in this run).", "",
+           f"(another implementation; the columns above are ours, bench/bench_grid_torch.py, {torch_origin}).", "",
            "## Deterministic parameter gradient", "",
            "| rows | fast backward ms | deterministic ms | ratio | target | met | fwd+bwd fast | fwd+bwd deterministic |",
            "|---|---|---|---|---|---|---|---|"]

@@ -133,7 +133,8 @@ def main(out_dir):
     def torch_cell(ours_ms, issue_ms):  # this run's torch figure, the issue's in brackets
         return fmt(ours_ms) + (f" ({issue_ms:.3f})" if issue_ms else "")
 
-    lines = [f"# FullyFusedMLP on {ours.get('device')} (torch {torch_doc.get('torch', 'n/a')})", "",
+    origin = f"; NOT measured in this run: reused from {torch_doc['reused_from']}" if "reused_from" in torch_doc else ""
+    lines = [f"# FullyFusedMLP on {ours.get('device')} (torch {torch_doc.get('torch', 'n/a')}{origin})", "",
              "GPU time per call (ms), median of rounds of CUDA graphs of back-to-back calls. floor = max(bytes / "
              "4.25 TB/s, flops / 760 TFLOP/s); 'of floor' = floor / ours. speedup = best baseline / ours (inference: "
              "tcnn, torch eager, torch.compile; train: tcnn, torch.compile; fwd_bwd: torch), each torch figure the "

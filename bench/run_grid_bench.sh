@@ -167,7 +167,7 @@ if [ "${SKIP_TORCH:-0}" != 1 ]; then
 fi
 
 if [ "${SKIP_TORCH:-0}" = 1 ] && [ -n "${TORCH_FROM:-}" ] && [ -s "$TORCH_FROM" ]; then
-  cp "$TORCH_FROM" "$OUT/bench_grid_torch.json"
+  python3 bench/reuse_torch_json.py "$TORCH_FROM" "$OUT/bench_grid_torch.json"
   summary+=("torch baseline   reused   from $TORCH_FROM (an earlier run on this device, same script)")
 fi
 

@@ -158,7 +158,7 @@ else
 fi
 
 if [ -n "${TORCH_FROM:-}" ] && [ -s "$TORCH_FROM" ]; then
-  cp "$TORCH_FROM" "$OUT/bench_mlp_torch.json"
+  python3 bench/reuse_torch_json.py "$TORCH_FROM" "$OUT/bench_mlp_torch.json"
   summary+=("torch baseline   reused   $TORCH_FROM")
 elif [ "${SKIP_TORCH:-0}" != 1 ]; then
   left=$(( BUDGET_S - $(elapsed) ))

@@ -1,0 +1,17 @@
+#!/usr/bin/env python3
+"""Copies a PyTorch baseline JSON of an earlier run (TORCH_FROM of run_grid_bench.sh / run_mlp_bench.sh)
+into this run's output, with "reused_from" naming its origin, so that the reports do not present those
+figures as measured in this run.
+
+usage: reuse_torch_json.py SOURCE DESTINATION"""
+import json
+import sys
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    with open(sys.argv[1]) as f:
+        doc = json.load(f)
+    doc["reused_from"] = sys.argv[1]
+    with open(sys.argv[2], "w") as f:
+        json.dump(doc, f, indent=1)
