@@ -155,14 +155,8 @@ ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contrib
     return p;
 }
 
-// Whether `s` is outside any capture. A failed query counts as "inside" (the caller then keeps the
-// stream) and its error is cleared, so that the next launch check does not report it.
-bool outside_capture(gpu_stream_t s) {
-    gpu_stream_capture_status_t status = gpu_stream_capture_status_none;
-    if (gpu_stream_is_capturing(s, &status) == gpu_success) return status == gpu_stream_capture_status_none;
-    (void)gpu_get_last_error();
-    return false;
-}
+// Whether `s` is outside any capture. A failed query counts as "inside": the caller then keeps the stream.
+bool outside_capture(gpu_stream_t s) { return gpu::capture_status(s) == gpu_stream_capture_status_none; }
 
 // A second stream for work beside `caller` on `device`, one per (thread, device, caller's stream),
 // created on first use. Keyed by the caller's stream because a fork puts the side stream into the

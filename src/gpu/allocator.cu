@@ -110,8 +110,7 @@ void* graph_alloc(const Stream& stream, int device, size_t size, DeviceState& s)
 // memory). Freed after the capture, it stays with the graph (allocator.h): nothing to queue.
 void free_graph_block(int device, const GraphBlock& b, DeviceState& s) noexcept {
     const gpu_stream_t stream = static_cast<gpu_stream_t>(b.stream);
-    gpu_stream_capture_status_t status = gpu_stream_capture_status_none;
-    if (gpu_stream_is_capturing(stream, &status) == gpu_success && status == gpu_stream_capture_status_active) {
+    if (capture_status(stream) == gpu_stream_capture_status_active) {  // a failed query: not capturing
         int previous = -1;
         const bool switched = gpu_get_device(&previous) == gpu_success && previous != device &&
                               gpu_set_device(device) == gpu_success;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #if defined(TNN_WITH_HIP)
@@ -284,7 +285,13 @@ private:
 inline gpu_stream_t native_stream(const Stream& stream) { return static_cast<gpu_stream_t>(stream.native()); }
 
 // True while the stream records a graph (no allocation, synchronisation or host read may happen then).
+// Throws DeviceError when the query fails.
 bool stream_is_capturing(const Stream& stream);
+
+// The capture status of `stream` for code that must not throw (destructors, clean-up, a cache's
+// bookkeeping): nullopt when the query failed, its error cleared so that the next launch check does
+// not report it. The caller decides what a failed query means for it.
+std::optional<gpu_stream_capture_status_t> capture_status(gpu_stream_t stream) noexcept;
 
 // Makes later work queued on `waiter` wait for the work queued on `producer` so far (an event, no
 // host synchronisation). No-op when both are the same stream.

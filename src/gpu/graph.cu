@@ -37,9 +37,8 @@ void abort_capture(const Stream& stream) noexcept {
     const int device = stream.device().index;
     const bool switched =
         gpu_get_device(&previous) == gpu_success && previous != device && gpu_set_device(device) == gpu_success;
-    gpu_stream_capture_status_t status = gpu_stream_capture_status_none;
-    if (gpu_stream_is_capturing(native_stream(stream), &status) == gpu_success &&
-        status != gpu_stream_capture_status_none) {
+    const auto status = capture_status(native_stream(stream));
+    if (status && *status != gpu_stream_capture_status_none) {  // active, or invalidated by an error
         gpu_graph_t graph = nullptr;
         (void)gpu_stream_end_capture(native_stream(stream), &graph);
         if (graph) (void)gpu_graph_destroy(graph);

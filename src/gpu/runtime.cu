@@ -162,6 +162,13 @@ bool stream_is_capturing(const Stream& stream) {
     return status != gpu_stream_capture_status_none;
 }
 
+std::optional<gpu_stream_capture_status_t> capture_status(gpu_stream_t stream) noexcept {
+    gpu_stream_capture_status_t status = gpu_stream_capture_status_none;
+    if (gpu_stream_is_capturing(stream, &status) == gpu_success) return status;
+    (void)gpu_get_last_error();
+    return std::nullopt;
+}
+
 void stream_wait(const Stream& waiter, const Stream& producer) {
     if (waiter.native() == producer.native() && waiter.device() == producer.device()) return;
     DeviceGuard guard(producer.device().index);
