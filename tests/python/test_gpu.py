@@ -342,6 +342,10 @@ def test_cuda_graph_whole_network_capture_follows_torch_recipe():
             loss.backward()
             optimizer.step()
     torch.cuda.current_stream().wait_stream(s)
+    # Not in torch's recipe: the last warm-up loss would keep its autograd graph, and with it the
+    # parameters' AccumulateGrad nodes of the warm-up stream, alive into the capture on another stream
+    # (torch 2.11 warns that the streams do not match).
+    del y_pred, loss
 
     # capture
     g = torch.cuda.CUDAGraph()
