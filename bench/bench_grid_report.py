@@ -23,6 +23,7 @@ import sys
 TCNN = {20: (0.675, 2.90), 21: (1.33, 5.86)}
 # The issue's PyTorch figures (2^20): eager (forward, fwd+bwd) and torch.compile; ours are measured in the run.
 TORCH_ISSUE = {"eager": (11.45, 14.97), "compile": (2.84, 4.77)}
+TORCH_ISSUE_MODEL_STEP = 5.75  # the issue's torch.compile grid + MLP training step, 2^20 rows
 # tcnn 2.0's grid + FullyFusedMLP w64 (2 hidden, 3 -> 16) figures: (pass, rows) -> (tcnn, tcnn with JIT fusion).
 TCNN_MODEL = {("train_step", 20): (3.49, 2.89), ("train_step", 18): (1.21, 1.03), ("inference", 20): (0.691, 0.662)}
 MODEL_TARGET = 2.0          # training step vs tcnn's JIT figure at 2^20 (<= 1.45 ms)
@@ -244,10 +245,11 @@ def main(out_dir):
                "| rows | fast backward ms | reductions, today's layout ms | share | with the m = 3 / 7 arrays (not built) ms |",
                "|---|---|---|---|---|"] + xp_rows
     md += ["", "## Encoding + MLP (tcnn's benchmark: the main grid + FullyFusedMLP w64, 2 hidden, 3 -> 16, L2, Adam)", "",
-           "| pass | rows | ours ms | tcnn ms | tcnn JIT ms | speedup vs JIT | target |", "|---|---|---|---|---|---|---|"]
+           "| pass | rows | ours ms | tcnn ms | tcnn JIT ms | speedup vs JIT | target | torch eager ms | torch.compile ms |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for m in ours.get("model", []):
         if "error" in m:
-            md.append(f"| error | 2^{int(math.log2(m['batch']))} | {m['error']} | | | | |")
+            md.append(f"| error | 2^{int(math.log2(m['batch']))} | {m['error']} | | | | | | |")
             continue
         log2 = int(math.log2(m["batch"]))
         tc, jit = TCNN_MODEL.get((m["pass"].replace("_det", "").replace("_unfused", ""), log2), (None, None))
@@ -258,8 +260,12 @@ def main(out_dir):
             target = f"{MODEL_TARGET}x: {'met' if met else 'NO'}"
             summary["targets"].append({"pass": "model train_step", "rows": m["batch"], "ms": m["ms"], "tcnn_jit_ms": jit,
                                        "speedup": sp, "met": met})
+        te, tco = (torch_ms.get((impl, m["pass"], m["batch"])) for impl in ("eager", "compile"))
         md.append(f"| {m['pass']} | 2^{log2} | {m['ms']:.3f} | {fmt(tc)} | {fmt(jit)} | "
-                  f"{'' if sp is None else f'{sp:.2f}x'} | {target} |")
+                  f"{'' if sp is None else f'{sp:.2f}x'} | {target} | {fmt(te)} | {fmt(tco)} |")
+    if ours.get("model"):
+        md += ["", f"The issue's torch.compile grid + MLP training step at 2^20: {TORCH_ISSUE_MODEL_STEP} ms (another "
+               f"implementation); the torch columns are bench/bench_grid_torch.py's TorchGridMLP ({torch_origin})."]
     # The locality experiment: the same rows in Morton order, and what sorting them on the device costs
     # (the codes, the radix sort and the gather of x; the output's scatter back, which the backward
     # needs once more for dL/dy, the other way round).

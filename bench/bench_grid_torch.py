@@ -7,7 +7,9 @@ works, else events around back-to-back calls; median of rounds. One JSON.
     python3 bench/bench_grid_torch.py --out FILE.json [--compile_budget_s 150] [--check]
 
 Passes (labels match bench_grid.cu): forward (no grad); fwd_bwd (forward + backward of dL/dy into
-the parameters' gradient). --check compares the forward with the tinycudann package's when importable.
+the parameters' gradient); train_step (tcnn's encoding + MLP benchmark model: this grid, then a bias-free
+MLP 32 -> 64 -> 64 -> 16 with ReLU and a linear output, L2 loss, Adam; as bench_grid.cu's model rows).
+--check compares the forward with the tinycudann package's when importable.
 """
 import argparse
 import json
@@ -19,6 +21,7 @@ import time
 import numpy as np
 import torch
 
+MODEL_LABEL = "hashgrid_ffmlp64_3to16_fp16"  # bench_grid.cu's label of the same model
 PRIMES = (1, 2654435761, 805459861, 3674653429, 2097192037, 1434869437, 2165219737)
 
 
@@ -78,6 +81,23 @@ class TorchHashGrid(torch.nn.Module):
             vals = table[self.offsets[None, :] + idx]  # [n, L, F]
             out = out + weight[:, :, None] * vals.float()
         return out.reshape(n, L * F).to(self.params.dtype)
+
+
+class TorchGridMLP(torch.nn.Module):
+    """tcnn's benchmark model (bench_grid.cu's model rows) in plain torch: TorchHashGrid, then a
+    bias-free MLP 32 -> 64 -> 64 -> 16, ReLU hidden layers, linear output. Every parameter fp16 (no fp32
+    master copy): torch's fastest form, so the conservative baseline; the loss in fp32."""
+
+    def __init__(self):
+        super().__init__()
+        self.grid = TorchHashGrid()
+        width, n_in = 64, self.grid.n_levels * self.grid.n_features
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(n_in, width, bias=False), torch.nn.ReLU(),
+                                       torch.nn.Linear(width, width, bias=False), torch.nn.ReLU(),
+                                       torch.nn.Linear(width, 16, bias=False)).half()
+
+    def forward(self, x):
+        return self.mlp(self.grid(x))
 
 
 def time_ms(fn, rounds=5, round_ms=20.0, use_graph=True):
@@ -158,6 +178,43 @@ def bench(label, batch, impl, passes, results):
     torch.cuda.empty_cache()
 
 
+def bench_train_step(label, batch, impl, results):
+    """One training step (forward, L2 loss, backward, Adam) of TorchGridMLP; under torch.compile the
+    forward and loss are compiled (backward through AOT autograd), the optimizer is torch's fused Adam
+    (capturable, so that the step can be replayed from a CUDA graph as ours is)."""
+    torch.manual_seed(0)
+    model = TorchGridMLP().cuda()
+    x = torch.rand(batch, 3, device="cuda", dtype=torch.float32)
+    target = torch.rand(batch, 16, device="cuda", dtype=torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, betas=(0.9, 0.99), eps=1e-15, fused=True, capturable=True)
+
+    def loss_of(x, target):
+        return ((model(x).float() - target) ** 2).mean()
+
+    loss_fn = torch.compile(loss_of) if impl == "compile" else loss_of
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+
+    def train_step():
+        opt.zero_grad(set_to_none=False)
+        loss_fn(x, target).backward()
+        opt.step()
+
+    t0 = time.time()
+    try:
+        ms, rounds, graphed = time_ms(train_step)
+        results.append({"label": label, "pass": "train_step", "impl": impl, "batch": batch, "ms": ms,
+                        "ms_rounds": rounds, "graph": graphed, "seconds": time.time() - t0})
+        print(f"{label:28s} {'train_step':10s} {impl:8s} b={batch:<8d} {ms:9.4f} ms  (graph={graphed}, "
+              f"{time.time() - t0:.0f} s)", flush=True)
+    except Exception as e:
+        results.append({"label": label, "pass": "train_step", "impl": impl, "batch": batch,
+                        "error": f"{type(e).__name__}: {e}"[:300]})
+        print(f"{label:28s} train_step {impl:8s} ERROR {type(e).__name__}: {str(e)[:200]}", flush=True)
+    del model, opt, x, target
+    torch.cuda.empty_cache()
+
+
 def check_against_package(results):
     """Our PyTorch grid and the tinycudann package's GPU grid give the same function (same parameters)."""
     try:
@@ -191,21 +248,35 @@ def main():
         return 1
     results = []
     label = "hash3d_f2_L16_T19_fp16"
+
+    def write():  # after every stage, so that a run cut short by its time limit keeps what it measured
+        doc = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "results": results}
+        with open(a.out, "w") as f:
+            json.dump(doc, f, indent=1)
+
+    def compiled(stage, label, batch, passes):  # a torch.compile stage, while the compile budget lasts
+        if time.time() - t0 > a.compile_budget_s:
+            results.append({"label": label, "impl": "compile", "batch": batch, "passes": passes,
+                            "error": f"skipped: torch.compile budget of {a.compile_budget_s:.0f} s spent"})
+            return
+        torch._dynamo.reset()
+        stage()
+
     if a.check:
         check_against_package(results)
     for log2 in (20, 21):
         bench(label, 1 << log2, "eager", ["forward", "fwd_bwd"], results)
+        write()
+    bench_train_step(MODEL_LABEL, 1 << 20, "eager", results)
+    write()
     t0 = time.time()
     for log2 in (20, 21):
-        if time.time() - t0 > a.compile_budget_s:
-            results.append({"label": label, "impl": "compile", "batch": 1 << log2,
-                            "error": f"skipped: torch.compile budget of {a.compile_budget_s:.0f} s spent"})
-            continue
-        torch._dynamo.reset()
-        bench(label, 1 << log2, "compile", ["forward", "fwd_bwd"], results)
-    doc = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "results": results}
-    with open(a.out, "w") as f:
-        json.dump(doc, f, indent=1)
+        compiled(lambda: bench(label, 1 << log2, "compile", ["forward", "fwd_bwd"], results), label, 1 << log2,
+                 ["forward", "fwd_bwd"])
+        write()
+    compiled(lambda: bench_train_step(MODEL_LABEL, 1 << 20, "compile", results), MODEL_LABEL, 1 << 20,
+             ["train_step"])
+    write()
     print(f"bench_grid_torch: wrote {a.out}")
     return 0
 
