@@ -266,6 +266,11 @@ def main(out_dir):
     if ours.get("model"):
         md += ["", f"The issue's torch.compile grid + MLP training step at 2^20: {TORCH_ISSUE_MODEL_STEP} ms (another "
                f"implementation); the torch columns are bench/bench_grid_torch.py's TorchGridMLP ({torch_origin})."]
+    torch_errors = [t for t in torch_doc["results"] if "error" in t and t.get("label") != "check"]
+    if torch_errors:
+        md += ["", "PyTorch figures not measured: " + "; ".join(
+            f"{t['impl']} {'/'.join(t.get('passes', [t.get('pass', '?')]))} at 2^{int(math.log2(t['batch']))}: {t['error']}"
+            for t in torch_errors) + "."]
     # The locality experiment: the same rows in Morton order, and what sorting them on the device costs
     # (the codes, the radix sort and the gather of x; the output's scatter back, which the backward
     # needs once more for dL/dy, the other way round).
