@@ -152,7 +152,7 @@ def main(out_dir):
     torch_ms = {(t["impl"], t["pass"], t["batch"]): t["ms"] for t in torch_doc["results"] if "ms" in t}
     # run_grid_bench.sh marks a file it reused (TORCH_FROM) instead of measuring PyTorch in this run.
     torch_origin = (f"NOT measured in this run: reused from {torch_doc['reused_from']}" if "reused_from" in torch_doc
-                    else "measured in this run" if torch_ms else "not run")
+                    else "measured in this run" if torch_ms else "no PyTorch figure in this run")
 
     rows = []
     for r in ours["results"]:
@@ -171,7 +171,7 @@ def main(out_dir):
         return None
 
     md = ["# Grid encoding benchmark", "",
-          f"Device: {ours['device']}; tiny-rdna4-nn {ours['version']}; PyTorch {torch_doc.get('torch', 'not run')} ({torch_origin}).",
+          f"Device: {ours['device']}; tiny-rdna4-nn {ours['version']}; PyTorch {torch_doc.get('torch', '—')} ({torch_origin}).",
           "GPU time per call (CUDA graphs of back-to-back calls, events, median of 5 rounds). Main row: 3D HashGrid,",
           "16 levels, F = 2, 2^19 entries per level, base 16, scale 1.5, Linear; fp32 input in [0,1], fp16",
           "parameters and output; backward = parameter gradient (overwrite).", "",
@@ -269,7 +269,7 @@ def main(out_dir):
     torch_errors = [t for t in torch_doc["results"] if "error" in t and t.get("label") != "check"]
     if torch_errors:
         md += ["", "PyTorch figures not measured: " + "; ".join(
-            f"{t['impl']} {'/'.join(t.get('passes', [t.get('pass', '?')]))} at 2^{int(math.log2(t['batch']))}: {t['error']}"
+            f"{t.get('impl', '?')} {'/'.join(t.get('passes', [t.get('pass', '?')]))} at 2^{int(math.log2(t['batch']))}: {t['error']}"
             for t in torch_errors) + "."]
     # The locality experiment: the same rows in Morton order, and what sorting them on the device costs
     # (the codes, the radix sort and the gather of x; the output's scatter back, which the backward
@@ -335,6 +335,7 @@ def main(out_dir):
 
     doc = {"device": ours["device"], "floors": fl, "rows": rows, "model": ours.get("model", []),
            "locality": ours.get("locality", []), "overlap": ours.get("overlap", []), "torch": torch_doc.get("results", []),
+           "torch_reused_from": torch_doc.get("reused_from"),
            "tcnn": {str(k): v for k, v in TCNN.items()}, "summary": summary}
     with open(os.path.join(out_dir, "bench_grid_report.json"), "w") as f:
         json.dump(doc, f, indent=1)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Copies a PyTorch baseline JSON of an earlier run (TORCH_FROM of run_grid_bench.sh / run_mlp_bench.sh)
-into this run's output, with "reused_from" naming its origin, so that the reports do not present those
-figures as measured in this run.
+into this run's output, with "reused_from" naming its origin (kept when the file was itself a reused
+copy), so that the reports do not present those figures as measured in this run. Exits non-zero, with
+a message, when the source is missing or is not such a JSON.
 
 usage: reuse_torch_json.py SOURCE DESTINATION"""
 import json
@@ -10,8 +11,13 @@ import sys
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)
-    with open(sys.argv[1]) as f:
-        doc = json.load(f)
-    doc["reused_from"] = sys.argv[1]
+    try:
+        with open(sys.argv[1]) as f:
+            doc = json.load(f)
+        if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+            raise ValueError("no 'results' list")
+    except (OSError, ValueError) as e:
+        sys.exit(f"reuse_torch_json: {sys.argv[1]}: not a PyTorch baseline JSON ({e})")
+    doc.setdefault("reused_from", sys.argv[1])
     with open(sys.argv[2], "w") as f:
         json.dump(doc, f, indent=1)

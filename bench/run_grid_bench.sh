@@ -151,6 +151,7 @@ else
   summary+=("bench build      FAILED   see build.log")
 fi
 
+rm -f "$OUT/bench_grid_torch.json"  # a reused OUT must not pass an earlier run's figures off as this run's
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   left=$(( BUDGET_S - $(elapsed) ))
   compile_budget=$(( left - 60 ))
@@ -166,9 +167,13 @@ if [ "${SKIP_TORCH:-0}" != 1 ]; then
   fi
 fi
 
-if [ "${SKIP_TORCH:-0}" = 1 ] && [ -n "${TORCH_FROM:-}" ] && [ -s "$TORCH_FROM" ]; then
-  python3 bench/reuse_torch_json.py "$TORCH_FROM" "$OUT/bench_grid_torch.json"
-  summary+=("torch baseline   reused   from $TORCH_FROM (an earlier run on this device, same script)")
+if [ "${SKIP_TORCH:-0}" = 1 ] && [ -n "${TORCH_FROM:-}" ]; then
+  if python3 bench/reuse_torch_json.py "$TORCH_FROM" "$OUT/bench_grid_torch.json"; then
+    summary+=("torch baseline   reused   from $TORCH_FROM (an earlier run on this device, same script)")
+  else
+    status=1
+    summary+=("torch baseline   FAILED   TORCH_FROM=$TORCH_FROM is missing or not a PyTorch JSON")
+  fi
 fi
 
 echo "== summary ($(elapsed) s)"

@@ -157,9 +157,14 @@ else
   summary+=("bench build      FAILED   see build.log")
 fi
 
-if [ -n "${TORCH_FROM:-}" ] && [ -s "$TORCH_FROM" ]; then
-  python3 bench/reuse_torch_json.py "$TORCH_FROM" "$OUT/bench_mlp_torch.json"
-  summary+=("torch baseline   reused   $TORCH_FROM")
+rm -f "$OUT/bench_mlp_torch.json"  # a reused OUT must not pass an earlier run's figures off as this run's
+if [ -n "${TORCH_FROM:-}" ]; then
+  if python3 bench/reuse_torch_json.py "$TORCH_FROM" "$OUT/bench_mlp_torch.json"; then
+    summary+=("torch baseline   reused   $TORCH_FROM")
+  else
+    status=1
+    summary+=("torch baseline   FAILED   TORCH_FROM=$TORCH_FROM is missing or not a PyTorch JSON")
+  fi
 elif [ "${SKIP_TORCH:-0}" != 1 ]; then
   left=$(( BUDGET_S - $(elapsed) ))
   compile_budget=$(( left - 90 ))
