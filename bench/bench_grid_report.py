@@ -7,17 +7,22 @@ bench_grid_report.json + bench_grid_report.md; prints the main table last.
 
 Floors (bench/notes_grid.md explains them): a pass cannot beat both
 - its DRAM bytes over the measured copy bandwidth (inputs, outputs, gradient scratch), and
-- its L2 operations over their measured random rate: forward one 16-byte gather per x-pair of corners
-  (two 16-byte entries of a pair are two) at every level whose table exceeds L1_BYTES; parameter
-  gradient one v4 float reduction per x-pair (the sm_90 vector RED covers both corners when they share
-  a slot), deterministic one 64-bit integer reduction per corner and feature, at every level too large
-  for shared memory.
+- its L2 operations over their measured random rate: forward one gather per x-pair of corners (per 32
+  bytes of the pair: one sector each) at every level whose table exceeds L1_BYTES; parameter gradient
+  one v4 float reduction per x-pair (the sm_90 vector RED covers both corners when they share a slot),
+  deterministic one 64-bit integer reduction request per corner (per 32 bytes of its u64 words), at
+  every level too large for shared memory.
+The random rates were measured over a 32 MiB table or slice, the main row's footprint, with rows in
+random order: rows with much smaller tables, coherent (dense, small) levels or sorted rows can beat
+them; the report marks such a row's "of floor" above 100% with "*" (the floor is an estimate there).
 """
 import json
 import math
 import os
 import struct
 import sys
+
+from bench_mlp_report import FP16_PEAK  # the MLP report's measured fp16 tensor-core rate
 
 # tiny-cuda-nn 2.0 on this H200, GPU-busy time per call (ms): (forward, forward + backward).
 TCNN = {20: (0.675, 2.90), 21: (1.33, 5.86)}
@@ -31,6 +36,8 @@ SPEEDUP_TARGET = 2.0        # ours vs tcnn, forward and forward + backward, 2^20
 DETERMINISTIC_TARGET = 1.5  # deterministic backward / fast backward
 MAIN = "hash3d_f2_L16_T19_fp16"
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+MODEL_OUTPUTS = 16     # bench_grid.cu's model: 3 inputs -> the grid -> the MLP -> 16 outputs
+ADAM_BYTES = 36        # per fp16 parameter (src/optimizers/optimizers.cu): gradient, fp32 weight, moments, step count
 
 
 def load(path):
@@ -96,7 +103,7 @@ def floor_ms(r, fl):
     bw = fl["copy_bytes_per_s"]
     entry = f * t
     pairs = 1 if nearest else 2 ** (d - 1)
-    chunks_per_pair = 1 if entry < 16 else 2 * entry // 16
+    chunks_per_pair = max(1, 2 * entry // 32)  # an aligned x-pair of up to 32 bytes is one sector, one request
     io = rows * (d * 4 + levels * f * t)  # read x, write y (forward) / read x, read dL/dy (backward)
 
     sizes = level_entries(r)
@@ -110,7 +117,10 @@ def floor_ms(r, fl):
     def backward(det):
         corners = 1 if nearest else 2 ** d
         if det:
-            ops, rate = rows * n_global * corners * f, fl["red_u64_per_s"]
+            # One request per corner and 32 bytes of u64 words: the kernel's lanes of one entry send its
+            # words in one instruction, which the L2 merges (at 1.4 reductions' worth by the x-pair probe,
+            # bench/notes_grid.md section 8; counted as 1 here, so that the floor stays a lower bound).
+            ops, rate = rows * n_global * corners * max(1, f * 8 // 32), fl["red_u64_per_s"]
             scratch = n_params * (8 + 8 + t)  # zero, read the u64 accumulator, write the gradient
         else:
             ops = rows * n_global * (corners // 2 if f <= 2 and not nearest else corners) * max(1, f * 4 // 16)
@@ -136,6 +146,32 @@ def xpair_floor_ms(r, fl, key):
     if key not in fl or nearest or f > 2:
         return None
     return r["batch"] * global_levels(r) * 2 ** (d - 1) / fl[key] * 1e3
+
+
+def model_floor_ms(m, main, fl):
+    """A floor of one pass of the encoding + MLP model (bench_grid.cu's model rows): the sum of its parts'
+    floors as if they ran one after another: the grid pass (floor_ms of the main row at this batch), the
+    MLP's flops or bytes, whichever bounds it, and, in a training step, Adam's bytes. A kernel that fused
+    the encoding into the MLP could go below it by overlapping the parts. None for another grid."""
+    if m["config"].get("encoding") != main["config"]:
+        return None
+    b, net, train = m["batch"], m["config"]["network"], m["pass"] != "inference"
+    grid_pass = ("fwd_bwd_det" if m["pass"].endswith("_det") else "fwd_bwd") if train else "forward"
+    grid = floor_ms(dict(main, batch=b, **{"pass": grid_pass}), fl)[0] / 1e3
+    n_in = main["config"]["n_levels"] * main["config"]["n_features_per_level"]
+    w, hidden = net["n_neurons"], net["n_hidden_layers"]
+    weights = n_in * w + (hidden - 1) * w * w + w * MODEL_OUTPUTS
+    if train:  # dW of every layer and dL/da of every layer (the first one's is the encoding's gradient)
+        flops, io = 3 * 2 * b * weights, b * (n_in * 2 + MODEL_OUTPUTS * 4 + n_in * 2)  # encoding, fp32 target, dL/dencoding
+        adam = (main["n_params"] + weights) * ADAM_BYTES / fl["copy_bytes_per_s"]
+    else:
+        flops, io, adam = 2 * b * weights, b * (n_in * 2 + MODEL_OUTPUTS * 2), 0.0
+    return (grid + max(flops / FP16_PEAK, io / fl["copy_bytes_per_s"]) + adam) * 1e3
+
+
+def pct(fraction):
+    """A fraction of the floor; above 100% marked "*": the floor's random-row rates do not hold there."""
+    return f"{fraction:.0%}" + ("*" if fraction > 1.0 else "")
 
 
 def fmt(v, digits=3):
@@ -192,7 +228,7 @@ def main(out_dir):
             sp = tc / o["ms"]
             met = sp >= SPEEDUP_TARGET
             summary["targets"].append({"pass": p, "rows": b, "ms": o["ms"], "tcnn_ms": tc, "speedup": sp, "met": met})
-            md.append(f"| {p} | 2^{log2} | {o['ms']:.3f} | {o['floor_ms']:.3f} | {o['fraction_of_floor']:.0%} | {tc} | "
+            md.append(f"| {p} | 2^{log2} | {o['ms']:.3f} | {o['floor_ms']:.3f} | {pct(o['fraction_of_floor'])} | {tc} | "
                       f"{sp:.2f}x | {SPEEDUP_TARGET}x | {'yes' if met else 'NO'} | {fmt(te)} | {fmt(tco)} |")
     md += ["", f"The issue's PyTorch figures at 2^20 (forward / fwd+bwd): eager {TORCH_ISSUE['eager'][0]} / "
            f"{TORCH_ISSUE['eager'][1]} ms, torch.compile {TORCH_ISSUE['compile'][0]} / {TORCH_ISSUE['compile'][1]} ms "
@@ -245,11 +281,12 @@ def main(out_dir):
                "| rows | fast backward ms | reductions, today's layout ms | share | with the m = 3 / 7 arrays (not built) ms |",
                "|---|---|---|---|---|"] + xp_rows
     md += ["", "## Encoding + MLP (tcnn's benchmark: the main grid + FullyFusedMLP w64, 2 hidden, 3 -> 16, L2, Adam)", "",
-           "| pass | rows | ours ms | tcnn ms | tcnn JIT ms | speedup vs JIT | target | torch eager ms | torch.compile ms |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| pass | rows | ours ms | floor ms | of floor | tcnn ms | tcnn JIT ms | speedup vs JIT | target | torch eager ms | torch.compile ms |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    main_rows = [r for r in ours["results"] if r.get("label") == MAIN and "n_params" in r]
     for m in ours.get("model", []):
         if "error" in m:
-            md.append(f"| error | 2^{int(math.log2(m['batch']))} | {m['error']} | | | | | | |")
+            md.append(f"| error | 2^{int(math.log2(m['batch']))} | {m['error']} | | | | | | | | |")
             continue
         log2 = int(math.log2(m["batch"]))
         tc, jit = TCNN_MODEL.get((m["pass"].replace("_det", "").replace("_unfused", ""), log2), (None, None))
@@ -261,11 +298,16 @@ def main(out_dir):
             summary["targets"].append({"pass": "model train_step", "rows": m["batch"], "ms": m["ms"], "tcnn_jit_ms": jit,
                                        "speedup": sp, "met": met})
         te, tco = (torch_ms.get((impl, m["pass"], m["batch"])) for impl in ("eager", "compile"))
-        md.append(f"| {m['pass']} | 2^{log2} | {m['ms']:.3f} | {fmt(tc)} | {fmt(jit)} | "
+        m_floor = model_floor_ms(m, main_rows[0], fl) if main_rows else None
+        m["floor_ms"] = m_floor
+        of_floor = "—" if m_floor is None else pct(m_floor / m["ms"])
+        md.append(f"| {m['pass']} | 2^{log2} | {m['ms']:.3f} | {fmt(m_floor)} | {of_floor} | {fmt(tc)} | {fmt(jit)} | "
                   f"{'' if sp is None else f'{sp:.2f}x'} | {target} | {fmt(te)} | {fmt(tco)} |")
     if ours.get("model"):
         md += ["", f"The issue's torch.compile grid + MLP training step at 2^20: {TORCH_ISSUE_MODEL_STEP} ms (another "
-               f"implementation); the torch columns are bench/bench_grid_torch.py's TorchGridMLP ({torch_origin})."]
+               f"implementation); the torch columns are bench/bench_grid_torch.py's TorchGridMLP ({torch_origin}). "
+               "floor: the sum of the parts' floors as if run one after another (the grid pass's, the MLP's "
+               f"flops at {FP16_PEAK / 1e12:.0f} TFLOP/s or bytes, and in a training step Adam's {ADAM_BYTES} bytes per parameter)."]
     torch_errors = [t for t in torch_doc["results"] if "error" in t and t.get("label") != "check"]
     if torch_errors:
         md += ["", "PyTorch figures not measured: " + "; ".join(
@@ -319,13 +361,13 @@ def main(out_dir):
     for x in rows:
         if x.get("label") == MAIN and x.get("batch") == 1 << 20 and "ms" in x and x["pass"] in ("forward", "backward", "backward_det", "fwd_bwd") \
                 and x.get("variant") != "morton_sorted_rows":
-            md.append(f"| {x['variant']} | {x['pass']} | {x['ms']:.3f} | {x['fraction_of_floor']:.0%} |")
+            md.append(f"| {x['variant']} | {x['pass']} | {x['ms']:.3f} | {pct(x['fraction_of_floor'])} |")
     md += ["", "## Smaller rows (2^20)", "", "| row | pass | ms | floor ms | of floor | bound by |", "|---|---|---|---|---|---|"]
     for x in rows:
         if x.get("label") != MAIN and "ms" in x:
             label = x['label'] if x.get('variant') in (None, 'auto') else f"{x['label']} ({x['variant']})"
             md.append(f"| {label} | {x['pass']} | {x['ms']:.3f} | {x['floor_ms']:.3f} | "
-                      f"{x['fraction_of_floor']:.0%} | {x['bound_by']} |")
+                      f"{pct(x['fraction_of_floor'])} | {x['bound_by']} |")
     errors = [x for x in rows if "error" in x]
     if errors:
         md += ["", "## Errors", ""] + [f"- {x['label']} ({x['variant']}): {x['error']}" for x in errors]
