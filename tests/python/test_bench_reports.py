@@ -3,6 +3,7 @@
 # PyTorch figures come from, a reused PyTorch file keeps its origin, and bench_grid_torch.py measures
 # the issue's torch.compile figures first when its compile budget runs short.
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -122,3 +123,32 @@ def test_grid_torch_names_the_stages_a_spent_budget_skipped(grid_torch, tmp_path
     skipped = [r for r in json.loads(out.read_text())["results"] if "error" in r]
     assert len(skipped) == 3 and all("torch.compile budget" in r["error"] for r in skipped)
     assert not (tmp_path / "torch.json.tmp").exists()
+
+
+def test_torch_grid_baseline_computes_our_grid():
+    """bench_grid_torch.py's PyTorch grid (the baseline of every speedup over PyTorch) must do the work
+    ours does: the same levels, hashing and interpolation, here against the package's CPU grid with the
+    same parameters. Both interpolate with fp32 positions, rounded in another order: a position x * s_l
+    is off by up to an ulp of s_l, which moves each of the 2^D corner weights by up to D such ulps, so
+    a level's output may differ by 2^D * (D * ulp(s_l) + eps) * max|param|. A wrong hash, size or offset would
+    pick other entries: errors of the parameters' own size."""
+    import tinycudann as tcnn
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import bench_grid_torch
+    finally:
+        sys.path.remove(str(BENCH))
+    grid = bench_grid_torch.TorchHashGrid(dtype=torch.float32)
+    cfg = {"otype": "HashGrid", "n_levels": 16, "n_features_per_level": 2, "log2_hashmap_size": 19,
+           "base_resolution": 16, "per_level_scale": 1.5}
+    ours = tcnn.Encoding(3, cfg, dtype=torch.float32)
+    with torch.no_grad():
+        grid.params.uniform_(-1.0, 1.0)
+        ours.params.copy_(grid.params)
+    x = torch.rand(4096, 3)
+    diff = (grid(x) - ours(x)).detach().abs().amax(dim=0).view(16, 2).amax(dim=1)
+    eps = torch.finfo(torch.float32).eps
+    ulp = torch.tensor([eps * 2.0 ** math.floor(math.log2(float(s))) for s in grid.scales])  # fp32 ulp of s_l
+    bound = 2 ** 3 * (3 * ulp + eps) * 1.0  # + the 2^D products' and sums' own roundings
+    assert bool((diff <= bound).all()), (diff, bound)
