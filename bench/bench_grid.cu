@@ -761,6 +761,13 @@ int main(int argc, char** argv) {
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 0; }), "det_row_level");
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 2; }), "det_corner_feature_lanes");
     }
+    // The forward with a capped grid whose blocks sweep the rows (Variant::forward_blocks), k blocks per
+    // SM: the shape of the fastest random-gather floor (one 256-thread block per SM: 135 G/s in run 88,
+    // against 122 G/s for the floor kernel's many short blocks). In QUICK runs too.
+    const int sms = gpu::device_properties(s.device().index).sm_count;
+    for (int k : {1, 2, 4, 8})
+        bench_row(fwd, o, s, results, variant([&](auto& v) { v.forward_blocks = k * sms; }),
+                  "forward_" + std::to_string(k) + "_blocks_per_sm");
     // The gradient's switches of the eleventh session (section 6 of bench/notes_grid.md), in QUICK runs
     // too: dL/dy copied to level-major order (off by default), the shared-memory levels beside the
     // global ones on a second stream (on), the mappings that were the defaults before the threads over

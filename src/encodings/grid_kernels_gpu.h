@@ -20,6 +20,8 @@
 #include "gpu/gpu.h"
 
 #include <string.h>
+
+#include <algorithm>
 #include <type_traits>
 
 namespace tnn::grid_gpu {
@@ -248,20 +250,12 @@ template <uint32_t N> constexpr int kUnroll = N <= 8 ? static_cast<int>(N) : 2;
 
 // ---- forward ---------------------------------------------------------------------------------------
 
-// y[row, level * F + f] = sum_c W_c V_c[f] in corner order with fma (the CPU reference's order), or the
-// lower vertex's value for Nearest; 0 for switched-off levels. Block: rows_per_block * n_levels threads;
-// dynamic shared memory: the level table (n_levels entries: the rest of the SM's 256 KiB stays L1).
+// One (row, level) of the forward pass (grid_forward_kernel).
 template <typename T, uint32_t D, uint32_t F, bool CHUNKED>
-__global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t rows_per_block,
-                                    const float* __restrict__ x, int64_t x_stride, const T* __restrict__ params,
-                                    T* __restrict__ y, int64_t y_stride, bool vec_store) {
-    extern __shared__ LevelInfo levels[];
-    for (uint32_t i = threadIdx.x; i < a.n_levels; i += blockDim.x) levels[i] = a.levels[i];
-    __syncthreads();
-    const uint32_t local_row = threadIdx.x / a.n_levels, level = threadIdx.x - local_row * a.n_levels;
-    const int64_t row = int64_t(blockIdx.x) * rows_per_block + local_row;
-    if (local_row >= rows_per_block || row >= rows) return;
-
+__device__ __forceinline__ void grid_forward_row(const KernelArgs& a, const LevelInfo* levels, uint32_t level,
+                                                 int64_t row, const float* __restrict__ x, int64_t x_stride,
+                                                 const T* __restrict__ params, T* __restrict__ y, int64_t y_stride,
+                                                 bool vec_store) {
     float out[F];
     TNN_UNROLL
     for (uint32_t f = 0; f < F; ++f) out[f] = 0.0f;
@@ -290,6 +284,25 @@ __global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t r
         }
     }
     store_entry<T, F>(y + row * y_stride + size_t(level) * F, out, vec_store);
+}
+
+// y[row, level * F + f] = sum_c W_c V_c[f] in corner order with fma (the CPU reference's order), or the
+// lower vertex's value for Nearest; 0 for switched-off levels. Block: rows_per_block * n_levels threads;
+// dynamic shared memory: the level table (n_levels entries: the rest of the SM's 256 KiB stays L1). A
+// block takes rows_per_block rows, then the same rows of the next sweep of the grid while any are left
+// (one sweep unless Variant::forward_blocks caps the grid).
+template <typename T, uint32_t D, uint32_t F, bool CHUNKED>
+__global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t rows_per_block,
+                                    const float* __restrict__ x, int64_t x_stride, const T* __restrict__ params,
+                                    T* __restrict__ y, int64_t y_stride, bool vec_store) {
+    extern __shared__ LevelInfo levels[];
+    for (uint32_t i = threadIdx.x; i < a.n_levels; i += blockDim.x) levels[i] = a.levels[i];
+    __syncthreads();
+    const uint32_t local_row = threadIdx.x / a.n_levels, level = threadIdx.x - local_row * a.n_levels;
+    if (local_row >= rows_per_block) return;
+    const int64_t sweep = int64_t(gridDim.x) * rows_per_block;
+    for (int64_t row = int64_t(blockIdx.x) * rows_per_block + local_row; row < rows; row += sweep)
+        grid_forward_row<T, D, F, CHUNKED>(a, levels, level, row, x, x_stride, params, y, y_stride, vec_store);
 }
 
 // ---- parameter gradient ---------------------------------------------------------------------------
@@ -1404,7 +1417,7 @@ struct Call {
 // make_launchers<D> fills it; instantiations/grid_d<D>.cu compiles it, grid.cu picks the table by D.
 struct Launchers {
     void (*forward)(const Call&, DType, uint32_t n_features, const void* params, void* y, int64_t y_stride,
-                    bool vec_store, bool chunked, uint32_t threads);
+                    bool vec_store, bool chunked, uint32_t threads, uint32_t max_blocks);
     // Global-atomic parameter gradient of the listed levels (second: weights E_c of the second-order pass).
     void (*param_grad_float)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
                              int64_t v_stride, const void* g, GradLayout g_layout, const FloatSink&);
@@ -1500,12 +1513,14 @@ void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, c
 template <uint32_t D> Launchers make_launchers() {
     Launchers l;
     l.forward = [](const Call& c, DType dtype, uint32_t n_features, const void* params, void* y, int64_t y_stride,
-                   bool vec_store, bool chunked, uint32_t threads) {
+                   bool vec_store, bool chunked, uint32_t threads, uint32_t max_blocks) {
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
             const uint32_t rows_per_block = threads / c.args->n_levels > 0 ? threads / c.args->n_levels : 1;
-            const dim3 grid(static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, rows_per_block)));
+            int64_t blocks = gpu::ceil_div<int64_t>(c.rows, rows_per_block);
+            if (max_blocks > 0) blocks = std::min<int64_t>(blocks, max_blocks);  // the blocks sweep the rows
+            const dim3 grid(static_cast<unsigned>(blocks));
             const unsigned block = rows_per_block * c.args->n_levels;
             const T* p = static_cast<const T*>(params);
             T* out = static_cast<T*>(y);
