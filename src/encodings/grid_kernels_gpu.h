@@ -289,9 +289,11 @@ __device__ __forceinline__ void grid_forward_row(const KernelArgs& a, const Leve
 // y[row, level * F + f] = sum_c W_c V_c[f] in corner order with fma (the CPU reference's order), or the
 // lower vertex's value for Nearest; 0 for switched-off levels. Block: rows_per_block * n_levels threads;
 // dynamic shared memory: the level table (n_levels entries: the rest of the SM's 256 KiB stays L1). A
-// block takes rows_per_block rows, then the same rows of the next sweep of the grid while any are left
-// (one sweep unless Variant::forward_blocks caps the grid).
-template <typename T, uint32_t D, uint32_t F, bool CHUNKED>
+// block takes rows_per_block rows; with SWEEP (Variant::forward_blocks: a capped grid) it then takes the
+// same rows of the next sweep of the grid while any are left. Without it the kernel has no loop: the
+// loop's live values cost some instantiations up to 8 registers per thread (sm_90a), and with them
+// occupancy.
+template <typename T, uint32_t D, uint32_t F, bool CHUNKED, bool SWEEP>
 __global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t rows_per_block,
                                     const float* __restrict__ x, int64_t x_stride, const T* __restrict__ params,
                                     T* __restrict__ y, int64_t y_stride, bool vec_store) {
@@ -299,10 +301,15 @@ __global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t r
     for (uint32_t i = threadIdx.x; i < a.n_levels; i += blockDim.x) levels[i] = a.levels[i];
     __syncthreads();
     const uint32_t local_row = threadIdx.x / a.n_levels, level = threadIdx.x - local_row * a.n_levels;
-    if (local_row >= rows_per_block) return;
-    const int64_t sweep = int64_t(gridDim.x) * rows_per_block;
-    for (int64_t row = int64_t(blockIdx.x) * rows_per_block + local_row; row < rows; row += sweep)
+    const int64_t row = int64_t(blockIdx.x) * rows_per_block + local_row;
+    if (local_row >= rows_per_block || row >= rows) return;
+    if constexpr (SWEEP) {
+        const int64_t sweep = int64_t(gridDim.x) * rows_per_block;
+        for (int64_t r = row; r < rows; r += sweep)
+            grid_forward_row<T, D, F, CHUNKED>(a, levels, level, r, x, x_stride, params, y, y_stride, vec_store);
+    } else {
         grid_forward_row<T, D, F, CHUNKED>(a, levels, level, row, x, x_stride, params, y, y_stride, vec_store);
+    }
 }
 
 // ---- parameter gradient ---------------------------------------------------------------------------
@@ -1526,8 +1533,11 @@ template <uint32_t D> Launchers make_launchers() {
             T* out = static_cast<T*>(y);
             const size_t table = c.args->n_levels * sizeof(LevelInfo);
             dispatch_bool(chunked, [&](auto chunk) {
-                grid_forward_kernel<T, D, F, decltype(chunk)::value><<<grid, block, table, c.stream>>>(
-                        *c.args, c.rows, rows_per_block, c.x, c.x_stride, p, out, y_stride, vec_store);
+                dispatch_bool(max_blocks > 0, [&](auto sweep) {
+                    grid_forward_kernel<T, D, F, decltype(chunk)::value, decltype(sweep)::value>
+                            <<<grid, block, table, c.stream>>>(*c.args, c.rows, rows_per_block, c.x, c.x_stride, p,
+                                                               out, y_stride, vec_store);
+                });
             });
             TNN_GPU_CHECK_LAUNCH("grid_forward_kernel");
         });
