@@ -356,8 +356,9 @@ struct EncodingResult {
     std::vector<double> dL_ddLdy, dL_dx2, dL_dparams2;           // backward_backward_input
 };
 
-// Forward (with context), inference, backward and backward_backward_input (overwrite; gradients first
-// filled with garbage) of `e` on the stream's device; results back on the host.
+// Forward (with context), inference, backward and backward_backward_input (overwrite; outputs and
+// gradients first filled with garbage, so that an element a kernel leaves unwritten shows) of `e` on the
+// stream's device; results back on the host.
 EncodingResult run_encoding(const Encoding& e, const Stream& stream, const EncodingData& d, int64_t batch,
                             GradMode mode = GradMode::overwrite, double prefill = 7.0) {
     const Device dev = stream.device();
@@ -367,7 +368,7 @@ EncodingResult run_encoding(const Encoding& e, const Stream& stream, const Encod
     const Tensor p = upload(d.params, 1, n_params, t, dev), g = upload(d.dL_dy, batch, n_out, t, dev);
     Tensor y(batch, n_out, t, dev), yi(batch, n_out, t, dev), dx(batch, n_in, in_t, dev), dp(1, n_params, t, dev);
     Tensor w(batch, n_out, t, dev), dx2(batch, n_in, in_t, dev), dp2(1, n_params, t, dev);
-    for (Tensor* z : {&dx, &dp, &w, &dx2, &dp2}) fill(stream, z->view(), prefill);
+    for (Tensor* z : {&y, &yi, &dx, &dp, &w, &dx2, &dp2}) fill(stream, z->view(), prefill);
     const void* params = n_params > 0 ? p.data() : nullptr;
     auto ctx = e.forward(stream, x.view(), y.view(), params, true);
     e.inference(stream, x.view(), yi.view(), params);
@@ -571,6 +572,7 @@ TEST(GridGpu, KernelVariantsAgree) {
                 variant_with([](auto& v) { v.forward_threads = 512; }),
                 variant_with([](auto& v) { v.forward_blocks = 3; }),  // each block sweeps the rows many times
                 variant_with([](auto& v) { v.forward_blocks = 1; v.forward_threads = 64; }),
+                variant_with([](auto& v) { v.forward_blocks = 1 << 20; }),  // the sweeping kernel, one sweep
                 variant_with([](auto& v) { v.shared_kib = 0; }),
                 variant_with([](auto& v) { v.shared_kib = 48; }),
                 variant_with([](auto& v) { v.fast_mapping = 0; }),
