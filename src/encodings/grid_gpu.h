@@ -200,7 +200,8 @@ struct Variant {
     int forward_threads = 0;  // threads per forward block (0: 256)
     int forward_blocks = 0;   // forward: at most this many blocks, each sweeping the rows in steps of the
                               // grid (0: a block per rows_per_block rows; e.g. 132 = one block per SM of
-                              // an H200, the shape of the fastest random-gather microbenchmark)
+                              // an H200, the shape of the fastest random-gather microbenchmark; NVIDIA
+                              // builds only, elsewhere UnsupportedError)
     int shared_kib = -1;      // gradient: shared memory per block for small levels (-1: 48 KiB, no opt-in,
                               // but 96 KiB where Tiled grids take split fixed point by default (shared_fixed);
                               // 0: no shared-memory levels; more: opt in, up to the device's maximum)

@@ -1532,13 +1532,23 @@ template <uint32_t D> Launchers make_launchers() {
             const T* p = static_cast<const T*>(params);
             T* out = static_cast<T*>(y);
             const size_t table = c.args->n_levels * sizeof(LevelInfo);
+            const auto launch = [&](auto chunk, auto sweep) {
+                grid_forward_kernel<T, D, F, decltype(chunk)::value, decltype(sweep)::value>
+                        <<<grid, block, table, c.stream>>>(*c.args, c.rows, rows_per_block, c.x, c.x_stride, p, out,
+                                                           y_stride, vec_store);
+            };
+            // The sweeping kernels are a benchmark experiment of the H200 (bench/notes_grid.md section 11):
+            // built for NVIDIA only, so that the HIP build and its ISA audit do not carry them.
+#if defined(TNN_WITH_CUDA)
             dispatch_bool(chunked, [&](auto chunk) {
-                dispatch_bool(max_blocks > 0, [&](auto sweep) {
-                    grid_forward_kernel<T, D, F, decltype(chunk)::value, decltype(sweep)::value>
-                            <<<grid, block, table, c.stream>>>(*c.args, c.rows, rows_per_block, c.x, c.x_stride, p,
-                                                               out, y_stride, vec_store);
-                });
+                dispatch_bool(max_blocks > 0, [&](auto sweep) { launch(chunk, sweep); });
             });
+#else
+            if (max_blocks > 0)
+                throw UnsupportedError("grid encoding (GPU): Variant::forward_blocks (the sweeping forward, a "
+                                       "benchmark experiment) is built for NVIDIA GPUs only");
+            dispatch_bool(chunked, [&](auto chunk) { launch(chunk, std::false_type{}); });
+#endif  // TNN_WITH_CUDA
             TNN_GPU_CHECK_LAUNCH("grid_forward_kernel");
         });
     };
