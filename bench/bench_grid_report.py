@@ -24,6 +24,7 @@ import struct
 import sys
 
 from bench_mlp_report import FP16_PEAK  # the MLP report's measured fp16 tensor-core rate
+from reuse_torch_json import reused_note
 
 # tiny-cuda-nn 2.0 on this H200, GPU-busy time per call (ms): (forward, forward + backward).
 TCNN = {20: (0.675, 2.90), 21: (1.33, 5.86)}
@@ -196,8 +197,7 @@ def main(out_dir):
     torch_doc = load(os.path.join(out_dir, "bench_grid_torch.json")) or {"results": []}
     torch_ms = {(t["impl"], t["pass"], t["batch"]): t["ms"] for t in torch_doc["results"] if "ms" in t}
     # run_grid_bench.sh marks a file it reused (TORCH_FROM) instead of measuring PyTorch in this run.
-    torch_origin = (f"NOT measured in this run: reused from {torch_doc['reused_from']}" if "reused_from" in torch_doc
-                    else "measured in this run" if torch_ms else "no PyTorch figure in this run")
+    torch_origin = reused_note(torch_doc) or ("measured in this run" if torch_ms else "no PyTorch figure in this run")
 
     rows = []
     for r in ours["results"]:

@@ -149,6 +149,21 @@ def time_ms(fn, rounds=5, round_ms=20.0, use_graph=True):
     return statistics.median(out), out, graph is not None
 
 
+def measure(label, p, impl, batch, fn, results):
+    """Times fn() (time_ms) as pass p and appends the figure, or the error it raised, to results."""
+    t0 = time.time()
+    try:
+        ms, rounds, graphed = time_ms(fn)
+        results.append({"label": label, "pass": p, "impl": impl, "batch": batch, "ms": ms, "ms_rounds": rounds,
+                        "graph": graphed, "seconds": time.time() - t0})
+        print(f"{label:28s} {p:10s} {impl:8s} b={batch:<8d} {ms:9.4f} ms  (graph={graphed}, "
+              f"{time.time() - t0:.0f} s)", flush=True)
+    except Exception as e:
+        results.append({"label": label, "pass": p, "impl": impl, "batch": batch,
+                        "error": f"{type(e).__name__}: {e}"[:300]})
+        print(f"{label:28s} {p:10s} {impl:8s} ERROR {type(e).__name__}: {str(e)[:200]}", flush=True)
+
+
 def bench(label, batch, impl, passes, results):
     torch.manual_seed(0)
     grid = TorchHashGrid().cuda()
@@ -166,25 +181,15 @@ def bench(label, batch, impl, passes, results):
 
     fns = {"forward": forward, "fwd_bwd": fwd_bwd}
     for p in passes:
-        t0 = time.time()
-        try:
-            ms, rounds, graphed = time_ms(fns[p])
-            results.append({"label": label, "pass": p, "impl": impl, "batch": batch, "ms": ms, "ms_rounds": rounds,
-                            "graph": graphed, "seconds": time.time() - t0})
-            print(f"{label:28s} {p:10s} {impl:8s} b={batch:<8d} {ms:9.4f} ms  (graph={graphed}, "
-                  f"{time.time() - t0:.0f} s)", flush=True)
-        except Exception as e:
-            results.append({"label": label, "pass": p, "impl": impl, "batch": batch,
-                            "error": f"{type(e).__name__}: {e}"[:300]})
-            print(f"{label:28s} {p:10s} {impl:8s} ERROR {type(e).__name__}: {str(e)[:200]}", flush=True)
+        measure(label, p, impl, batch, fns[p], results)
     del grid, x, dy
     torch.cuda.empty_cache()
 
 
-def bench_train_step(label, batch, impl, results):
+def bench_train_step(label, batch, impl, passes, results):
     """One training step (forward, L2 loss, backward, Adam) of TorchGridMLP; under torch.compile the
     forward and loss are compiled (backward through AOT autograd), the optimizer is torch's fused Adam
-    (capturable, so that the step can be replayed from a CUDA graph as ours is)."""
+    (capturable, so that the step can be replayed from a CUDA graph as ours is). passes: ["train_step"]."""
     torch.manual_seed(0)
     model = TorchGridMLP().cuda()
     x = torch.rand(batch, 3, device="cuda", dtype=torch.float32)
@@ -206,17 +211,8 @@ def bench_train_step(label, batch, impl, results):
         loss_fn(x, target).backward()
         opt.step()
 
-    t0 = time.time()
-    try:
-        ms, rounds, graphed = time_ms(train_step)
-        results.append({"label": label, "pass": "train_step", "impl": impl, "batch": batch, "ms": ms,
-                        "ms_rounds": rounds, "graph": graphed, "seconds": time.time() - t0})
-        print(f"{label:28s} {'train_step':10s} {impl:8s} b={batch:<8d} {ms:9.4f} ms  (graph={graphed}, "
-              f"{time.time() - t0:.0f} s)", flush=True)
-    except Exception as e:
-        results.append({"label": label, "pass": "train_step", "impl": impl, "batch": batch,
-                        "error": f"{type(e).__name__}: {e}"[:300]})
-        print(f"{label:28s} train_step {impl:8s} ERROR {type(e).__name__}: {str(e)[:200]}", flush=True)
+    for p in passes:
+        measure(label, p, impl, batch, {"train_step": train_step}[p], results)
     del model, opt, x, target
     torch.cuda.empty_cache()
 
@@ -262,37 +258,27 @@ def main():
             json.dump(doc, f, indent=1)
         os.replace(a.out + ".tmp", a.out)
 
-    def stage(run, stage_label, batch, impl, passes):
-        # A placeholder first: a stage killed by the caller's time limit leaves a reason in the JSON.
-        note = {"label": stage_label, "impl": impl, "batch": batch, "passes": passes,
-                "error": "started, not finished (killed by the time limit?)"}
-        if impl == "compile" and time.time() - t0 > a.compile_budget_s:
-            note["error"] = f"skipped: torch.compile budget of {a.compile_budget_s:.0f} s spent"
-            results.append(note)
-        else:
-            results.append(note)
-            write()
-            if impl == "compile":
-                torch._dynamo.reset()
-            results.remove(note)
-            run()
-        write()
-
     if a.check:
         check_against_package(results)
-    for log2 in (20, 21):
-        stage(lambda: bench(label, 1 << log2, "eager", ["forward", "fwd_bwd"], results), label, 1 << log2, "eager",
-              ["forward", "fwd_bwd"])
-    stage(lambda: bench_train_step(MODEL_LABEL, 1 << 20, "eager", results), MODEL_LABEL, 1 << 20, "eager",
-          ["train_step"])
+    grid, model = ["forward", "fwd_bwd"], ["train_step"]
     # The issue's torch.compile figures (2^20: grid forward, forward + backward, training step) first,
     # so that a short compile budget drops the 2^21 grid (about 11 s of compiling) rather than them.
-    stage(lambda: bench(label, 1 << 20, "compile", ["forward", "fwd_bwd"], results), label, 1 << 20, "compile",
-          ["forward", "fwd_bwd"])
-    stage(lambda: bench_train_step(MODEL_LABEL, 1 << 20, "compile", results), MODEL_LABEL, 1 << 20, "compile",
-          ["train_step"])
-    stage(lambda: bench(label, 1 << 21, "compile", ["forward", "fwd_bwd"], results), label, 1 << 21, "compile",
-          ["forward", "fwd_bwd"])
+    stages = [(bench, label, 1 << 20, "eager", grid), (bench, label, 1 << 21, "eager", grid),
+              (bench_train_step, MODEL_LABEL, 1 << 20, "eager", model), (bench, label, 1 << 20, "compile", grid),
+              (bench_train_step, MODEL_LABEL, 1 << 20, "compile", model), (bench, label, 1 << 21, "compile", grid)]
+    for run, stage_label, batch, impl, passes in stages:
+        note = {"label": stage_label, "impl": impl, "batch": batch, "passes": passes}
+        if impl == "compile" and time.time() - t0 > a.compile_budget_s:
+            results.append(dict(note, error=f"skipped: torch.compile budget of {a.compile_budget_s:.0f} s spent"))
+        else:
+            # A placeholder on disk while the stage runs: one killed by the caller's time limit leaves a reason.
+            results.append(dict(note, error="started, not finished (killed by the time limit?)"))
+            write()
+            results.pop()
+            if impl == "compile":
+                torch._dynamo.reset()
+            run(stage_label, batch, impl, passes, results)
+        write()
     print(f"bench_grid_torch: wrote {a.out}")
     return 0
 

@@ -9,6 +9,8 @@ import json
 import os
 import sys
 
+from reuse_torch_json import reused_note
+
 COPY_BW = 4.25e12     # bytes/s: H200 device-to-device copy bandwidth (read + write counted)
 FP16_PEAK = 760e12    # flop/s: H200 dense fp16 GEMM with fp32 accumulation as measured
 # tiny-cuda-nn 2.0, FullyFusedMLP, same H200, GPU-busy time per call (ms): (inference, training step).
@@ -134,12 +136,12 @@ def main(out_dir):
     def torch_cell(ours_ms, issue_ms):  # the torch JSON's figure (see the title for its run), the issue's in brackets
         return fmt(ours_ms) + (f" ({issue_ms:.3f})" if issue_ms else "")
 
-    origin = f"; NOT measured in this run: reused from {torch_doc['reused_from']}" if "reused_from" in torch_doc else ""
-    lines = [f"# FullyFusedMLP on {ours.get('device')} (torch {torch_doc.get('torch', 'n/a')}{origin})", "",
+    reused = reused_note(torch_doc)
+    lines = [f"# FullyFusedMLP on {ours.get('device')} (torch {torch_doc.get('torch', 'n/a')}{'; ' + reused if reused else ''})", "",
              "GPU time per call (ms), median of rounds of CUDA graphs of back-to-back calls. floor = max(bytes / "
              "4.25 TB/s, flops / 760 TFLOP/s); 'of floor' = floor / ours. speedup = best baseline / ours (inference: "
              "tcnn, torch eager, torch.compile; train: tcnn, torch.compile; fwd_bwd: torch), each torch figure the "
-             f"faster of {'the reused file' if 'reused_from' in torch_doc else 'this run'}'s and the issue's (in brackets).", "",
+             f"faster of {'the reused file' if reused else 'this run'}'s and the issue's (in brackets).", "",
              "| case | pass | batch | ours | floor | of floor | torch eager | torch.compile | tcnn | speedup | target |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

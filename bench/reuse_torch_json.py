@@ -8,6 +8,12 @@ usage: reuse_torch_json.py SOURCE DESTINATION"""
 import json
 import sys
 
+
+def reused_note(doc):
+    """What the reports say of a PyTorch JSON this script copied, or None for one measured in the run."""
+    return f"NOT measured in this run: reused from {doc['reused_from']}" if "reused_from" in doc else None
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)

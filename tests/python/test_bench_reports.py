@@ -97,8 +97,7 @@ def grid_torch(monkeypatch):
         results += [{"label": label, "pass": p, "impl": impl, "batch": batch, "ms": 1.0} for p in passes]
 
     monkeypatch.setattr(module, "bench", bench)
-    monkeypatch.setattr(module, "bench_train_step",
-                        lambda label, batch, impl, results: bench(label, batch, impl, ["train_step"], results))
+    monkeypatch.setattr(module, "bench_train_step", bench)
     return module, calls
 
 
