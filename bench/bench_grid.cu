@@ -761,15 +761,6 @@ int main(int argc, char** argv) {
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 0; }), "det_row_level");
         bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 2; }), "det_corner_feature_lanes");
     }
-    // The forward with a capped grid whose blocks sweep the rows (Variant::forward_blocks), k blocks per
-    // SM: the shape of the fastest random-gather floor (one 256-thread block per SM: 135 G/s in run 88,
-    // against 122 G/s for the floor kernel's many short blocks). In QUICK runs too. The sweeping kernel
-    // of the main row takes 54 registers a thread (sm_90a; the default 48), so at most 4 blocks of 256
-    // threads are resident per SM.
-    const int sms = gpu::device_properties(s.device().index).sm_count;
-    for (int k : {1, 2, 3, 4})
-        bench_row(fwd, o, s, results, variant([&](auto& v) { v.forward_blocks = k * sms; }),
-                  "forward_" + std::to_string(k) + "_blocks_per_sm");
     // The gradient's switches of the eleventh session (section 6 of bench/notes_grid.md), in QUICK runs
     // too: dL/dy copied to level-major order (off by default), the shared-memory levels beside the
     // global ones on a second stream (on), the mappings that were the defaults before the threads over
@@ -830,6 +821,17 @@ int main(int argc, char** argv) {
         fb.passes = {"fwd_bwd"};
         if (o.quick) bench_row(fb, o, s, results, {}, "auto");
         bench_row(fb, o, s, results, variant([](auto& v) { v.shared_fixed = 1; }), "shared_fixed");
+    }
+    {  // fp32 parameters: the gradient goes straight into the caller's fp32 buffer (no scratch to drop from
+       // L2), so since 34966fe only the loads get hints there (l2_hints 2); 1 is the fourteenth session's
+       // default, whose evict-last reductions leave the caller's lines marked after the call. Backward and
+       // a forward after it, both ways, in QUICK runs too.
+        Row fp32 = rows[9];
+        fp32.passes = o.quick ? std::vector<std::string>{"backward", "fwd_bwd"}
+                              : std::vector<std::string>{"backward"};  // fwd_bwd: with the rows above
+        bench_row(fp32, o, s, results, {}, "auto");
+        fp32.passes = {"backward", "fwd_bwd"};
+        bench_row(fp32, o, s, results, variant([](auto& v) { v.l2_hints = 1; }), "fp32_reductions_evict_last");
     }
     {  // Tiled: split fixed point with 96 KiB per block is its default since run 79 (1.536 ms against 1.871
        // with 48 KiB and 4.030 with fp32 slots); the fp32 slots stay measured.

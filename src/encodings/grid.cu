@@ -477,7 +477,7 @@ void forward(const GridDesc& g, const Stream& stream, ConstView input, View outp
     const bool chunked = v.chunked_loads != 0 && chunk_layout(g) && aligned(params, 16);
     const uint32_t threads = v.forward_threads > 0 ? static_cast<uint32_t>(v.forward_threads) : 256u;
     launchers_for(g.n_dims).forward(c, g.dtype, g.n_features, params, output.data, output.stride, vec_store, chunked,
-                                    threads, static_cast<uint32_t>(std::max(v.forward_blocks, 0)));
+                                    threads);
 }
 
 void backward(const GridDesc& g, const Stream& stream, ConstView input, ConstView dL_doutput, View* dL_dinput,

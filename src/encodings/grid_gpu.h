@@ -198,10 +198,6 @@ void backward_backward_input(const GridDesc& g, const Stream& stream, ConstView 
 struct Variant {
     int chunked_loads = -1;   // forward: 16-byte loads shared by x-neighbour corners (0: one load per value)
     int forward_threads = 0;  // threads per forward block (0: 256)
-    int forward_blocks = 0;   // forward: at most this many blocks, each sweeping the rows in steps of the
-                              // grid (0: a block per rows_per_block rows; e.g. 132 = one block per SM of
-                              // an H200, the shape of the fastest random-gather microbenchmark; NVIDIA
-                              // builds only, elsewhere UnsupportedError)
     int shared_kib = -1;      // gradient: shared memory per block for small levels (-1: 48 KiB, no opt-in,
                               // but 96 KiB where Tiled grids take split fixed point by default (shared_fixed);
                               // 0: no shared-memory levels; more: opt in, up to the device's maximum)

@@ -20,8 +20,6 @@
 #include "gpu/gpu.h"
 
 #include <string.h>
-
-#include <algorithm>
 #include <type_traits>
 
 namespace tnn::grid_gpu {
@@ -250,12 +248,20 @@ template <uint32_t N> constexpr int kUnroll = N <= 8 ? static_cast<int>(N) : 2;
 
 // ---- forward ---------------------------------------------------------------------------------------
 
-// One (row, level) of the forward pass (grid_forward_kernel).
+// y[row, level * F + f] = sum_c W_c V_c[f] in corner order with fma (the CPU reference's order), or the
+// lower vertex's value for Nearest; 0 for switched-off levels. Block: rows_per_block * n_levels threads;
+// dynamic shared memory: the level table (n_levels entries: the rest of the SM's 256 KiB stays L1).
 template <typename T, uint32_t D, uint32_t F, bool CHUNKED>
-__device__ __forceinline__ void grid_forward_row(const KernelArgs& a, const LevelInfo* levels, uint32_t level,
-                                                 int64_t row, const float* __restrict__ x, int64_t x_stride,
-                                                 const T* __restrict__ params, T* __restrict__ y, int64_t y_stride,
-                                                 bool vec_store) {
+__global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t rows_per_block,
+                                    const float* __restrict__ x, int64_t x_stride, const T* __restrict__ params,
+                                    T* __restrict__ y, int64_t y_stride, bool vec_store) {
+    extern __shared__ LevelInfo levels[];
+    for (uint32_t i = threadIdx.x; i < a.n_levels; i += blockDim.x) levels[i] = a.levels[i];
+    __syncthreads();
+    const uint32_t local_row = threadIdx.x / a.n_levels, level = threadIdx.x - local_row * a.n_levels;
+    const int64_t row = int64_t(blockIdx.x) * rows_per_block + local_row;
+    if (local_row >= rows_per_block || row >= rows) return;
+
     float out[F];
     TNN_UNROLL
     for (uint32_t f = 0; f < F; ++f) out[f] = 0.0f;
@@ -284,32 +290,6 @@ __device__ __forceinline__ void grid_forward_row(const KernelArgs& a, const Leve
         }
     }
     store_entry<T, F>(y + row * y_stride + size_t(level) * F, out, vec_store);
-}
-
-// y[row, level * F + f] = sum_c W_c V_c[f] in corner order with fma (the CPU reference's order), or the
-// lower vertex's value for Nearest; 0 for switched-off levels. Block: rows_per_block * n_levels threads;
-// dynamic shared memory: the level table (n_levels entries: the rest of the SM's 256 KiB stays L1). A
-// block takes rows_per_block rows; with SWEEP (Variant::forward_blocks: a capped grid) it then takes the
-// same rows of the next sweep of the grid while any are left. Without it the kernel has no loop: the
-// loop's live values cost some instantiations up to 8 registers per thread (sm_90a), and with them
-// occupancy.
-template <typename T, uint32_t D, uint32_t F, bool CHUNKED, bool SWEEP>
-__global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t rows_per_block,
-                                    const float* __restrict__ x, int64_t x_stride, const T* __restrict__ params,
-                                    T* __restrict__ y, int64_t y_stride, bool vec_store) {
-    extern __shared__ LevelInfo levels[];
-    for (uint32_t i = threadIdx.x; i < a.n_levels; i += blockDim.x) levels[i] = a.levels[i];
-    __syncthreads();
-    const uint32_t local_row = threadIdx.x / a.n_levels, level = threadIdx.x - local_row * a.n_levels;
-    const int64_t row = int64_t(blockIdx.x) * rows_per_block + local_row;
-    if (local_row >= rows_per_block || row >= rows) return;
-    if constexpr (SWEEP) {
-        const int64_t sweep = int64_t(gridDim.x) * rows_per_block;
-        for (int64_t r = row; r < rows; r += sweep)
-            grid_forward_row<T, D, F, CHUNKED>(a, levels, level, r, x, x_stride, params, y, y_stride, vec_store);
-    } else {
-        grid_forward_row<T, D, F, CHUNKED>(a, levels, level, row, x, x_stride, params, y, y_stride, vec_store);
-    }
 }
 
 // ---- parameter gradient ---------------------------------------------------------------------------
@@ -1424,7 +1404,7 @@ struct Call {
 // make_launchers<D> fills it; instantiations/grid_d<D>.cu compiles it, grid.cu picks the table by D.
 struct Launchers {
     void (*forward)(const Call&, DType, uint32_t n_features, const void* params, void* y, int64_t y_stride,
-                    bool vec_store, bool chunked, uint32_t threads, uint32_t max_blocks);
+                    bool vec_store, bool chunked, uint32_t threads);
     // Global-atomic parameter gradient of the listed levels (second: weights E_c of the second-order pass).
     void (*param_grad_float)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
                              int64_t v_stride, const void* g, GradLayout g_layout, const FloatSink&);
@@ -1520,35 +1500,20 @@ void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, c
 template <uint32_t D> Launchers make_launchers() {
     Launchers l;
     l.forward = [](const Call& c, DType dtype, uint32_t n_features, const void* params, void* y, int64_t y_stride,
-                   bool vec_store, bool chunked, uint32_t threads, uint32_t max_blocks) {
+                   bool vec_store, bool chunked, uint32_t threads) {
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
             const uint32_t rows_per_block = threads / c.args->n_levels > 0 ? threads / c.args->n_levels : 1;
-            int64_t blocks = gpu::ceil_div<int64_t>(c.rows, rows_per_block);
-            if (max_blocks > 0) blocks = std::min<int64_t>(blocks, max_blocks);  // the blocks sweep the rows
-            const dim3 grid(static_cast<unsigned>(blocks));
+            const dim3 grid(static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, rows_per_block)));
             const unsigned block = rows_per_block * c.args->n_levels;
             const T* p = static_cast<const T*>(params);
             T* out = static_cast<T*>(y);
             const size_t table = c.args->n_levels * sizeof(LevelInfo);
-            const auto launch = [&](auto chunk, auto sweep) {
-                grid_forward_kernel<T, D, F, decltype(chunk)::value, decltype(sweep)::value>
-                        <<<grid, block, table, c.stream>>>(*c.args, c.rows, rows_per_block, c.x, c.x_stride, p, out,
-                                                           y_stride, vec_store);
-            };
-            // The sweeping kernels are a benchmark experiment of the H200 (bench/notes_grid.md section 11):
-            // built for NVIDIA only, so that the HIP build and its ISA audit do not carry them.
-#if defined(TNN_WITH_CUDA)
             dispatch_bool(chunked, [&](auto chunk) {
-                dispatch_bool(max_blocks > 0, [&](auto sweep) { launch(chunk, sweep); });
+                grid_forward_kernel<T, D, F, decltype(chunk)::value><<<grid, block, table, c.stream>>>(
+                        *c.args, c.rows, rows_per_block, c.x, c.x_stride, p, out, y_stride, vec_store);
             });
-#else
-            if (max_blocks > 0)
-                throw UnsupportedError("grid encoding (GPU): Variant::forward_blocks (the sweeping forward, a "
-                                       "benchmark experiment) is built for NVIDIA GPUs only");
-            dispatch_bool(chunked, [&](auto chunk) { launch(chunk, std::false_type{}); });
-#endif  // TNN_WITH_CUDA
             TNN_GPU_CHECK_LAUNCH("grid_forward_kernel");
         });
     };

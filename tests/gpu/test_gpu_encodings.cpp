@@ -570,11 +570,6 @@ TEST(GridGpu, KernelVariantsAgree) {
                 variant_with([](auto& v) { v.chunked_loads = 0; }),
                 variant_with([](auto& v) { v.forward_threads = 64; }),
                 variant_with([](auto& v) { v.forward_threads = 512; }),
-#if defined(TNN_WITH_CUDA)  // the sweeping forward is built for NVIDIA only
-                variant_with([](auto& v) { v.forward_blocks = 3; }),  // each block sweeps the rows many times
-                variant_with([](auto& v) { v.forward_blocks = 1; v.forward_threads = 64; }),
-                variant_with([](auto& v) { v.forward_blocks = 1 << 20; }),  // the sweeping kernel, one sweep
-#endif  // TNN_WITH_CUDA
                 variant_with([](auto& v) { v.shared_kib = 0; }),
                 variant_with([](auto& v) { v.shared_kib = 48; }),
                 variant_with([](auto& v) { v.fast_mapping = 0; }),

@@ -124,10 +124,11 @@ def test_grid_torch_names_the_stages_a_spent_budget_skipped(grid_torch, tmp_path
     assert not (tmp_path / "torch.json.tmp").exists()
 
 
-def test_torch_grid_baseline_computes_our_grid():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_torch_grid_baseline_computes_our_grid(device):
     """bench_grid_torch.py's PyTorch grid (the baseline of every speedup over PyTorch) must do the work
-    ours does: the same levels, hashing and interpolation, here against the package's CPU grid with the
-    same parameters. Both interpolate with fp32 positions, rounded in another order: a position x * s_l
+    ours does: the same levels, hashing and interpolation, here against the package's grid on the same
+    device (the CPU reference, and the GPU kernels where there is one) with the same parameters. Both interpolate with fp32 positions, rounded in another order: a position x * s_l
     is off by up to an ulp of s_l, which moves each of the 2^D corner weights by up to D such ulps, so
     a level's output may differ by 2^D * (D * ulp(s_l) + eps) * max|param|. A wrong hash, size or offset would
     pick other entries: errors of the parameters' own size."""
@@ -138,15 +139,15 @@ def test_torch_grid_baseline_computes_our_grid():
         import bench_grid_torch
     finally:
         sys.path.remove(str(BENCH))
-    grid = bench_grid_torch.TorchHashGrid(dtype=torch.float32)
+    grid = bench_grid_torch.TorchHashGrid(dtype=torch.float32).to(device)
     cfg = {"otype": "HashGrid", "n_levels": 16, "n_features_per_level": 2, "log2_hashmap_size": 19,
            "base_resolution": 16, "per_level_scale": 1.5}
-    ours = tcnn.Encoding(3, cfg, dtype=torch.float32)
+    ours = tcnn.Encoding(3, cfg, dtype=torch.float32).to(device)  # the package puts modules on CUDA when it can
     with torch.no_grad():
         grid.params.uniform_(-1.0, 1.0)
         ours.params.copy_(grid.params)
-    x = torch.rand(4096, 3)
-    diff = (grid(x) - ours(x)).detach().abs().amax(dim=0).view(16, 2).amax(dim=1)
+    x = torch.rand(4096, 3, device=device)
+    diff = (grid(x) - ours(x)).detach().abs().amax(dim=0).view(16, 2).amax(dim=1).cpu()
     eps = torch.finfo(torch.float32).eps
     ulp = torch.tensor([eps * 2.0 ** math.floor(math.log2(float(s))) for s in grid.scales])  # fp32 ulp of s_l
     bound = 2 ** 3 * (3 * ulp + eps) * 1.0  # + the 2^D products' and sums' own roundings
