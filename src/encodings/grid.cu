@@ -113,14 +113,32 @@ SharedSlots fast_shared_slots(const GridDesc& desc, const Stream& stream, const 
     return {true, 2 * sizeof(uint32_t), bytes > kSplitSharedExtra ? bytes - kSplitSharedExtra : 0};
 }
 
+// How the deterministic gradient's shared-memory levels accumulate: three native 32-bit integer words per
+// value (Variant::det_shared_words) or one 64-bit slot, whose shared atomics are compare-and-swap loops on
+// NVIDIA GPUs. Words by default for Tiled grids on CUDA devices, whose levels all go through shared
+// memory with thousands of rows per entry (as for the fast gradient's split fixed point); AMD GPUs add
+// 64-bit integers in LDS natively.
+bool det_shared_words(const GridDesc& desc, const Variant& v) {
+#if defined(TNN_WITH_HIP)
+    if (v.det_shared_words > 0)
+        throw UnsupportedError("grid encoding (GPU): Variant::det_shared_words (three 32-bit words per "
+                               "shared-memory slot) is built for NVIDIA GPUs only");
+    return false;
+#else
+    return v.det_shared_words > 0 || (v.det_shared_words < 0 && desc.type == grid::GridType::Tiled);
+#endif  // TNN_WITH_HIP
+}
+
 // Whether a first-order row feeds one corner per level (Nearest, stochastic interpolation) rather
 // than all 2^D of them.
 bool one_corner_per_level(const GridDesc& g) {
     return g.interpolation == grid::Interpolation::Nearest || g.stochastic_interpolation;
 }
 
+// max_adds (0: no limit): at most that many contributions per shared slot and block (WordsSink's slots),
+// by capping the rows per block.
 ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contributing, bool second, size_t acc_bytes,
-                             size_t budget) {
+                             size_t budget, int64_t max_adds = 0) {
     ReductionPlan p;
     const uint32_t F = g.n_features;
     // Accumulator slots one row touches per level (shared-memory items are first-order only).
@@ -149,6 +167,8 @@ ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contrib
         // Rows per block: enough that the block adds about 4 contributions per slot before its flush.
         const int64_t want = std::max<int64_t>(1024, gpu::ceil_div<int64_t>(4 * static_cast<int64_t>(max_slots), touches));
         p.rows_per_block = gpu::round_up<int64_t>(std::min(want, rows), kThreads);
+        if (max_adds > 0)  // whole blocks of threads: kThreads rows of 2^7 corners stay within 2^16
+            p.rows_per_block = std::min(p.rows_per_block, max_adds / touches / kThreads * kThreads);
         p.blocks_per_item = static_cast<uint32_t>(gpu::ceil_div<int64_t>(rows, p.rows_per_block));
         p.shared_bytes = max_slots * acc_bytes;
     }
@@ -412,14 +432,16 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     int* exponents = reinterpret_cast<int*>(bound_bits + grid::kMaxLevels);
     zero(stream, acc, n * sizeof(unsigned long long));
     zero(stream, level_buffer.data(), level_buffer.bytes());
+    const bool words = det_shared_words(desc, var);
     const ReductionPlan plan =
-        plan_reduction(desc, c.rows, n_contributing, second, sizeof(unsigned long long), shared_budget(stream, var));
+        plan_reduction(desc, c.rows, n_contributing, second, words ? 3 * sizeof(uint32_t) : sizeof(unsigned long long),
+                       shared_budget(stream, var), words ? kWordsMaxAdds : 0);
     L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_bits);
     grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
     TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
     Beside beside(stream, c, overlap_shared(plan, var));
     L.param_grad_shared_fixed(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
-                              plan.shared_bytes, g_data, gl, acc, exponents);
+                              plan.shared_bytes, g_data, gl, acc, exponents, words);
     // Integer reductions have no vector form: threads per feature (and corner) put an entry's words on
     // consecutive lanes, which leave as one request per 32-byte sector. Automatic: a thread per
     // (row, feature) over groups of levels when F > 1, per (row, level, corner, feature) when F = 1, per

@@ -594,6 +594,40 @@ template <typename ACC> struct SharedSink {
     }
 };
 
+// The deterministic gradient's shared-memory slots as three native 32-bit integer words per value
+// (grid_param_grad_shared_words_kernel), where a 64-bit shared atomic is a compare-and-swap loop on NVIDIA
+// GPUs (ATOMS.CAST.SPIN.64 in the SASS, run 77). A contribution's fixed-point value q (the level's
+// exponent, as for the 64-bit slots) is added as its bits [0, 16) and [16, 32), unsigned, to `low` and
+// `mid`, and its bits [32, 64) to `high`. With at most kWordsMaxAdds contributions per slot (the plan caps
+// a block's rows) the low and mid sums stay below 2^32, exact; the high sum may wrap, which moves it by a
+// multiple of 2^32 and so 2^32 * high by a multiple of 2^64: 2^32 * high + 2^16 * mid + low is the sum of
+// the q modulo 2^64, the value a 64-bit slot would hold, and the global accumulator gets the same integers.
+constexpr int64_t kWordsMaxAdds = int64_t(1) << 16;
+struct WordsSink {
+    uint32_t* low;  // then mid and high, n_slots words each
+    uint32_t n_slots, f0, fs;
+    int k;
+
+    template <uint32_t F> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[F]) const {
+        TNN_UNROLL
+        for (uint32_t f = 0; f < F; ++f) {
+            if (f < f0 || f >= f0 + fs) continue;
+            const unsigned long long q = static_cast<unsigned long long>(to_fixed_point(w * g[f], k));
+            const size_t slot = size_t(i) * fs + (f - f0);
+            const uint32_t lo = static_cast<uint32_t>(q) & 0xFFFFu, mid = static_cast<uint32_t>(q) >> 16;
+            const uint32_t hi = static_cast<uint32_t>(q >> 32);
+            if (lo != 0) atomicAdd(low + slot, lo);
+            if (mid != 0) atomicAdd(low + n_slots + slot, mid);
+            if (hi != 0) atomicAdd(low + 2 * size_t(n_slots) + slot, hi);
+        }
+    }
+    template <uint32_t F>
+    __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[F]) const {
+        add<F>(i0, w0, g);
+        add<F>(i1, w1, g);
+    }
+};
+
 // Shared-memory slots in split fixed point (grid_param_grad_shared_split_kernel): a contribution c becomes
 // q = c * 2^k rounded to nearest, added as its low `lo_bits` bits (unsigned) to lo[slot] and the rest
 // (q >> lo_bits, signed) to hi[slot]. Both are 32-bit integer atomics, which shared memory does
@@ -1045,6 +1079,41 @@ __global__ void __launch_bounds__(kThreads)
     flush_shared_slots<F>(slots, n_slots, f0, fs, acc + size_t(L.offset) * F);
 }
 
+#if defined(TNN_WITH_CUDA)
+// grid_param_grad_shared_kernel of the deterministic gradient with WordsSink's three words per slot
+// (Variant::det_shared_words; 12 bytes per slot, rows_per_block * 2^D <= kWordsMaxAdds). The same
+// arguments, and the same integers reach `acc`. NVIDIA builds only: AMD GPUs add 64-bit integers in LDS
+// natively.
+template <typename T, uint32_t D, uint32_t F>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_grad_shared_words_kernel(const KernelArgs a, const SharedItems items, uint32_t blocks_per_item,
+                                        int64_t rows_per_block, int64_t rows, const float* __restrict__ x,
+                                        int64_t x_stride, const T* __restrict__ g, GradLayout g_layout,
+                                        unsigned long long* __restrict__ acc, const int* __restrict__ exponents) {
+    extern __shared__ unsigned char shared_bytes[];
+    uint32_t* words = reinterpret_cast<uint32_t*>(shared_bytes);
+    const SharedItems::Item item = items.items[blockIdx.x / blocks_per_item];
+    const uint32_t level = item.level, f0 = item.f0, fs = item.fs;
+    const LevelInfo& L = a.levels[level];
+    const int k = exponents[level];
+    if (k == kNonFiniteExponent) return;
+    const uint32_t n_slots = L.size * fs;
+    for (uint32_t i = threadIdx.x; i < 3 * n_slots; i += kThreads) words[i] = 0u;
+    __syncthreads();
+    const int64_t begin = int64_t(blockIdx.x % blocks_per_item) * rows_per_block;
+    const int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
+    shared_item_rows<T, D, F>(a, L, level, begin, end, rows, x, x_stride, g, g_layout,
+                              WordsSink{words, n_slots, f0, fs, k});
+    __syncthreads();
+    unsigned long long* out = acc + size_t(L.offset) * F;
+    for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) {
+        const unsigned long long sum = (static_cast<unsigned long long>(words[2 * n_slots + i]) << 32) +
+                                       (static_cast<unsigned long long>(words[n_slots + i]) << 16) + words[i];
+        if (sum != 0) atomicAdd(out + size_t(i / fs) * F + f0 + i % fs, sum);
+    }
+}
+#endif  // TNN_WITH_CUDA
+
 // A first-order row's sum of |contribution| at a level, bounded without enumerating its corners: the
 // weights W_c of Linear / Smoothstep corners sum to prod_d (|w_d| + |1 - w_d|) (= 1 for weights in
 // [0, 1]), so the sum is at most that product times max_f |g_f|; 2^-10 of headroom covers the
@@ -1434,9 +1503,11 @@ struct Launchers {
     void (*param_grad_shared_float)(const Call&, DType, uint32_t n_features, const SharedItems&,
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
                                     const void* g, GradLayout g_layout, float* acc, bool split);
+    // words: grid_param_grad_shared_words_kernel (Variant::det_shared_words; 12 bytes per slot; NVIDIA only).
     void (*param_grad_shared_fixed)(const Call&, DType, uint32_t n_features, const SharedItems&,
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
-                                    const void* g, GradLayout g_layout, unsigned long long* acc, const int* exponents);
+                                    const void* g, GradLayout g_layout, unsigned long long* acc, const int* exponents,
+                                    bool words);
     void (*param_bound)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
                         int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits);
     void (*input_grad)(const Call&, DType, uint32_t n_features, const void* g, int64_t g_stride, const void* params,
@@ -1481,19 +1552,31 @@ void launch_param_grad(const Call& c, DType dtype, uint32_t n_features, bool sec
 template <uint32_t D, typename ACC>
 void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
                               uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes, const void* g,
-                              GradLayout g_layout, ACC* acc, const int* exponents) {
+                              GradLayout g_layout, ACC* acc, const int* exponents, bool words = false) {
     if (items.count == 0) return;
+#if !defined(TNN_WITH_CUDA)
+    if (words)
+        throw UnsupportedError("grid encoding (GPU): Variant::det_shared_words (three 32-bit words per "
+                               "shared-memory slot) is built for NVIDIA GPUs only");
+#endif  // TNN_WITH_CUDA
     dispatch_storage(dtype, n_features, [&](auto t, auto f) {
         using T = decltype(t);
         constexpr uint32_t F = decltype(f)::value;
-        const auto kernel = grid_param_grad_shared_kernel<T, D, F, ACC>;
+        auto kernel = grid_param_grad_shared_kernel<T, D, F, ACC>;
+#if defined(TNN_WITH_CUDA)
+        if constexpr (std::is_same_v<ACC, unsigned long long>)
+            if (words) kernel = grid_param_grad_shared_words_kernel<T, D, F>;
+#endif  // TNN_WITH_CUDA
         if (shared_bytes > kSharedBytes)  // past the default limit: opt in (grid.cu keeps it within the device's)
             TNN_GPU_CHECK(gpu_func_set_attribute(kernel, gpu_func_attribute_max_dynamic_shared_memory_size,
                                                  static_cast<int>(shared_bytes)));
         kernel<<<dim3(items.count * blocks_per_item), kThreads, shared_bytes, c.stream>>>(
                 *c.args, items, blocks_per_item, rows_per_block, c.rows, c.x, c.x_stride, static_cast<const T*>(g),
                 g_layout, acc, exponents);
-        TNN_GPU_CHECK_LAUNCH("grid_param_grad_shared_kernel");
+        if (words)
+            TNN_GPU_CHECK_LAUNCH("grid_param_grad_shared_words_kernel");
+        else
+            TNN_GPU_CHECK_LAUNCH("grid_param_grad_shared_kernel");
     });
 }
 
@@ -1640,9 +1723,9 @@ template <uint32_t D> Launchers make_launchers() {
     };
     l.param_grad_shared_fixed = [](const Call& c, DType dtype, uint32_t n_features, const SharedItems& items,
                                    uint32_t bpi, int64_t rows_per_block, size_t shared_bytes, const void* g,
-                                   GradLayout g_layout, unsigned long long* acc, const int* exponents) {
+                                   GradLayout g_layout, unsigned long long* acc, const int* exponents, bool words) {
         launch_param_grad_shared<D>(c, dtype, n_features, items, bpi, rows_per_block, shared_bytes, g, g_layout, acc,
-                                    exponents);
+                                    exponents, words);
     };
     l.param_bound = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
                        const float* v, int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits) {

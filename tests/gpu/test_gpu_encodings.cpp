@@ -527,7 +527,12 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
                 variant_with([](auto& v) { v.det_mapping = 3; v.level_group_kib = 64; }),
                 variant_with([](auto& v) { v.level_major_grads = 1; }),
                 variant_with([](auto& v) { v.overlap_shared = 0; }),
-                variant_with([](auto& v) { v.vector_grad_loads = 0; })};
+                variant_with([](auto& v) { v.vector_grad_loads = 0; }),
+#if defined(TNN_WITH_CUDA)  // the words kernel is built for NVIDIA only
+                variant_with([](auto& v) { v.det_shared_words = 1; }),
+                variant_with([](auto& v) { v.det_shared_words = 1; v.shared_kib = 100; }),
+#endif  // TNN_WITH_CUDA
+                variant_with([](auto& v) { v.det_shared_words = 0; })};
             for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult e = run_encoding(*enc, stream, data, c.batch);
@@ -715,6 +720,77 @@ TEST(GridGpu, SharedFixedSlotsMatchTheReferenceAndPropagateNonFinite) {
             EXPECT_GT(n_nan, 0u) << "the case must reach NaN entries";
         }
 }
+
+#if defined(TNN_WITH_CUDA)  // the words kernel is built for NVIDIA only
+// The deterministic gradient's shared-memory levels in three 32-bit words per value
+// (Variant::det_shared_words) add the same integers to the global accumulator as 64-bit slots, so the
+// gradient has the same bits either way, and matches the reference: Tiled grids (the words' default;
+// 16^3 entries of 12 bytes are one feature per 48 KiB block), the opt-in budget (both features of a
+// level per block), a 7-D grid (2^7 corners per row: the plan caps a block at 512 rows so that no slot
+// takes more than 2^16 additions), Nearest rows (one corner each); then NaN in dL/dy and inf in x reach
+// the same entries as on the CPU.
+TEST(GridGpu, DeterministicSharedWordsGiveTheSlotsBits) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    struct Case {
+        const char* name;
+        uint32_t n_dims;
+        json config;
+        int64_t batch;
+    };
+    const std::vector<Case> cases = {
+            {"tiled3d_f2_det", 3, grid_config("TiledGrid", {{"n_levels", 3}, {"base_resolution", 16}, {"deterministic", true}}),
+             20000},
+            {"tiled3d_nearest_det", 3,
+             grid_config("TiledGrid", {{"n_levels", 2}, {"base_resolution", 6}, {"interpolation", "Nearest"},
+                                       {"deterministic", true}}),
+             9000},
+            {"hash7d_f2_det", 7,
+             grid_config("HashGrid", {{"n_levels", 2}, {"log2_hashmap_size", 9}, {"base_resolution", 2},
+                                      {"deterministic", true}}),
+             3000}};
+    const std::vector<grid_gpu::Variant> variants = {
+            variant_with([](auto& v) { v.det_shared_words = 0; }), variant_with([](auto& v) { v.det_shared_words = 1; }),
+            variant_with([](auto& v) { v.det_shared_words = 1; v.shared_kib = 100; })};
+    for (const Case& k : cases)
+        for (DType dtype : {DType::f32, DType::f16}) {
+            SCOPED_TRACE(msg(k.name, " ", dtype_name(dtype)));
+            const EncodingCase c = grid_case(k.name, k.n_dims, k.config, k.batch);
+            const auto enc = create_encoding(c.n_dims, c.config, dtype);
+            EncodingData data = make_data(c, *enc, dtype, 47);
+            const ErrorModel m = error_model(c, *enc);
+            TestStream stream(Device::gpu(0));
+            for (bool non_finite : {false, true}) {
+                SCOPED_TRACE(non_finite ? "NaN in dL/dy, inf in x" : "finite");
+                if (non_finite) {
+                    data.dL_dy[3 * enc->n_output_dims() + 1] = std::numeric_limits<double>::quiet_NaN();
+                    data.x[size_t(k.batch - 5) * c.n_dims] = std::numeric_limits<double>::infinity();
+                }
+                const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
+                const EncodingResult base = run_encoding(*enc, stream, data, c.batch);
+                if (!non_finite) {
+                    const EncodingResult ref =
+                        run_encoding(*create_encoding(c.n_dims, c.config, DType::f64), Stream::cpu(), data, c.batch);
+                    compare(base.dL_dparams, ref.dL_dparams, naive.dL_dparams, m.dL_dparams, "dL/dparams");
+                } else {
+                    size_t n_nan = 0;
+                    for (size_t i = 0; i < naive.dL_dparams.size(); ++i) {
+                        n_nan += std::isnan(naive.dL_dparams[i]) ? 1 : 0;
+                        EXPECT_EQ(std::isnan(base.dL_dparams[i]), std::isnan(naive.dL_dparams[i])) << "entry " << i;
+                    }
+                    EXPECT_GT(n_nan, 0u) << "the case must reach NaN entries";
+                }
+                for (const grid_gpu::Variant& v : variants) {
+                    SCOPED_TRACE(msg("det_shared_words ", v.det_shared_words, " shared_kib ", v.shared_kib));
+                    grid_gpu::set_variant(v);
+                    const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
+                    grid_gpu::set_variant({});
+                    expect_same_bits(to_float(got.dL_dparams), to_float(base.dL_dparams), "dL/dparams");
+                }
+            }
+        }
+}
+#endif  // TNN_WITH_CUDA
 
 // The fast gradient's conversion from the fp32 scratch to fp16 / bf16 parameters: four values per thread
 // when the gradient is 4-element aligned (grid_gradient_from_float_quads_kernel, with its tail: 162
