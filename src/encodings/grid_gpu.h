@@ -231,9 +231,9 @@ struct Variant {
     int det_shared_words = -1;   // deterministic gradient's shared-memory levels: 1 three native 32-bit
                                  // integer words per value (12-byte slots, at most 2^16 additions per slot
                                  // and block), 0 one 64-bit slot, whose shared atomics are compare-and-swap
-                                 // loops on NVIDIA GPUs; the same bits either way (-1: 1 for Tiled grids on
-                                 // CUDA devices, 0 for the others and on AMD GPUs, which add 64-bit integers
-                                 // in LDS natively; NVIDIA builds only, elsewhere 1 is an UnsupportedError)
+                                 // loops on NVIDIA GPUs; the same bits either way (-1: 1 on CUDA devices,
+                                 // 0 on AMD GPUs, which add 64-bit integers in LDS natively; NVIDIA builds
+                                 // only, elsewhere 1 is an UnsupportedError)
     int l2_hints = -1;           // fast gradient over groups of levels (fast_mapping 2), sm_90: 1 marks the
                                  // x and dL/dy loads evict-first in L2 and the reductions evict-last, 2 the
                                  // loads only, 0 no hints (-1: 1 into our fp32 scratch, 0.6-1.7% faster in
