@@ -836,8 +836,8 @@ int main(int argc, char** argv) {
     {  // Seventeenth session: the deterministic gradient's shared-memory levels in three native 32-bit words
        // per value (Variant::det_shared_words, the default on CUDA devices since run 91) against 64-bit slots,
        // whose shared atomics are compare-and-swap loops, in QUICK runs too: Tiled (all levels in shared
-       // memory), Dense and 2D (some levels), the main row (level 0 with 64-bit slots; 12-byte slots no
-       // longer fit it in 48 KiB). Run 91: 1.840 / 6.406, 0.592 / 0.614, 1.152 / 1.224, 1.952 / 1.972 ms.
+       // memory), Dense and 2D (some levels), the main row (level 0: 16^3 entries, one feature per 48 KiB
+       // block either way). Run 91: 1.840 / 6.406, 0.592 / 0.614, 1.152 / 1.224, 1.952 / 1.972 ms.
         for (size_t i : {6, 5, 0}) {  // Tiled, Dense, 2D
             Row fb = rows[i];
             fb.passes = {"fwd_bwd_det"};

@@ -117,7 +117,7 @@ SharedSlots fast_shared_slots(const GridDesc& desc, const Stream& stream, const 
 // value (Variant::det_shared_words) or one 64-bit slot, whose shared atomics are compare-and-swap loops on
 // NVIDIA GPUs. Words by default on CUDA devices; run 91 (H200, 2^20 rows, fp16) with words against 64-bit
 // slots: Tiled forward + backward 1.840 / 6.406 ms, Dense 0.592 / 0.614, 2D 1.152 / 1.224, main row
-// backward 1.952 / 1.972 (its level 0 no longer fits 48 KiB and goes through the global kernels). AMD
+// backward 1.952 / 1.972 (its level 0: 16^3 entries, one feature per 48 KiB block either way). AMD
 // GPUs add 64-bit integers in LDS natively.
 bool det_shared_words(const Variant& v) {
 #if defined(TNN_WITH_HIP)

@@ -603,6 +603,8 @@ template <typename ACC> struct SharedSink {
 // multiple of 2^32 and so 2^32 * high by a multiple of 2^64: 2^32 * high + 2^16 * mid + low is the sum of
 // the q modulo 2^64, the value a 64-bit slot would hold, and the global accumulator gets the same integers.
 constexpr int64_t kWordsMaxAdds = int64_t(1) << 16;
+static_assert(kWordsMaxAdds >= (int64_t(kThreads) << grid::kMaxDims),
+              "a block of kThreads rows with 2^D corners each must fit kWordsMaxAdds (plan_reduction's cap)");
 struct WordsSink {
     uint32_t* low;  // then mid and high, n_slots words each
     uint32_t n_slots, f0, fs;
@@ -1565,7 +1567,15 @@ void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, c
         auto kernel = grid_param_grad_shared_kernel<T, D, F, ACC>;
 #if defined(TNN_WITH_CUDA)
         if constexpr (std::is_same_v<ACC, unsigned long long>)
-            if (words) kernel = grid_param_grad_shared_words_kernel<T, D, F>;
+            if (words) {
+                // The words' sums are exact only up to kWordsMaxAdds contributions per slot and block.
+                const bool one_corner = static_cast<Interpolation>(c.args->interpolation) == Interpolation::Nearest ||
+                                        c.args->stochastic != 0;
+                if ((rows_per_block << (one_corner ? 0u : D)) > kWordsMaxAdds)
+                    throw Error("grid encoding (GPU): internal: " + std::to_string(rows_per_block) +
+                                " rows per block exceed the 2^16 contributions per slot of the 32-bit word slots");
+                kernel = grid_param_grad_shared_words_kernel<T, D, F>;
+            }
 #endif  // TNN_WITH_CUDA
         if (shared_bytes > kSharedBytes)  // past the default limit: opt in (grid.cu keeps it within the device's)
             TNN_GPU_CHECK(gpu_func_set_attribute(kernel, gpu_func_attribute_max_dynamic_shared_memory_size,
