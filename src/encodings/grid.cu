@@ -64,19 +64,6 @@ void zero(const Stream& stream, void* p, size_t bytes) {
     if (bytes > 0) TNN_GPU_CHECK(gpu_memset_async(p, 0, bytes, gpu::native_stream(stream)));
 }
 
-// Which levels a parameter-gradient pass reduces where. Small levels (all features, or a power-of-two
-// group of them, fit the shared-memory budget) whose rows touch each accumulator several times over
-// go through shared memory; the rest through global atomics, level after level. The coarse levels
-// are where thousands of rows hit each entry: in L2 those atomics would queue on the same addresses.
-struct ReductionPlan {
-    LevelList global{};
-    LevelList all{};  // every contributing level (the fixed-point bound pass)
-    SharedItems shared{};
-    uint32_t blocks_per_item = 0;
-    int64_t rows_per_block = 0;
-    size_t shared_bytes = 0;
-};
-
 // Shared memory per block for small levels: kSharedBytes (48 KiB) unless a variant asks for more (up
 // to the device's opt-in maximum, 227 KiB on sm_90) or for none (0). Opting in was measured slower on
 // the H200 (main row at 2^20: backward 1.76 ms with 227 KiB, 1.24 ms with 48 KiB): fewer blocks per SM
@@ -128,52 +115,6 @@ bool det_shared_words(const Variant& v) {
 #else
     return v.det_shared_words != 0;
 #endif  // TNN_WITH_HIP
-}
-
-// Whether a first-order row feeds one corner per level (Nearest, stochastic interpolation) rather
-// than all 2^D of them.
-bool one_corner_per_level(const GridDesc& g) {
-    return g.interpolation == grid::Interpolation::Nearest || g.stochastic_interpolation;
-}
-
-// max_adds (0: no limit): at most that many contributions per shared slot and block (WordsSink's slots),
-// by capping the rows per block.
-ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_contributing, bool second, size_t acc_bytes,
-                             size_t budget, int64_t max_adds = 0) {
-    ReductionPlan p;
-    const uint32_t F = g.n_features;
-    // Accumulator slots one row touches per level (shared-memory items are first-order only).
-    const int64_t touches = one_corner_per_level(g) ? 1 : (int64_t(1) << g.n_dims);
-    uint64_t max_slots = 0;
-    for (uint32_t l = 0; l < n_contributing; ++l) {
-        p.all.ids[p.all.count++] = static_cast<uint8_t>(l);
-        const uint64_t size = g.levels[l].size;
-        uint32_t fs = F;
-        while (fs > 0 && size * fs * acc_bytes > budget) fs /= 2;
-        // Worth it when the rows add at least 4 contributions per shared slot (the flush costs one
-        // coalesced atomic per slot and block).
-        const bool small = !second && fs > 0 &&
-                           static_cast<uint64_t>(rows) * touches >= 4 * size * fs &&
-                           p.shared.count + F / fs <= kMaxSharedItems;
-        if (!small) {
-            p.global.ids[p.global.count++] = static_cast<uint8_t>(l);
-            continue;
-        }
-        for (uint32_t f0 = 0; f0 < F; f0 += fs)
-            p.shared.items[p.shared.count++] = {static_cast<uint8_t>(l), static_cast<uint8_t>(f0),
-                                                static_cast<uint8_t>(fs)};
-        max_slots = std::max<uint64_t>(max_slots, size * fs);
-    }
-    if (p.shared.count > 0) {
-        // Rows per block: enough that the block adds about 4 contributions per slot before its flush.
-        const int64_t want = std::max<int64_t>(1024, gpu::ceil_div<int64_t>(4 * static_cast<int64_t>(max_slots), touches));
-        p.rows_per_block = gpu::round_up<int64_t>(std::min(want, rows), kThreads);
-        if (max_adds > 0)  // whole blocks of threads: kThreads rows of 2^7 corners stay within 2^16
-            p.rows_per_block = std::min(p.rows_per_block, max_adds / touches / kThreads * kThreads);
-        p.blocks_per_item = static_cast<uint32_t>(gpu::ceil_div<int64_t>(rows, p.rows_per_block));
-        p.shared_bytes = max_slots * acc_bytes;
-    }
-    return p;
 }
 
 // Whether `s` is outside any capture. A failed query counts as "inside": the caller then keeps the stream.

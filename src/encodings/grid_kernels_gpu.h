@@ -17,6 +17,7 @@
 
 #include "encodings/dispatch_gpu.h"
 #include "encodings/grid_gpu.h"
+#include "encodings/grid_plan.h"
 #include "gpu/gpu.h"
 
 #include <string.h>
@@ -41,13 +42,6 @@ struct KernelArgs {
     uint32_t stochastic;     // stochastic_interpolation
 };
 
-// Levels one parameter-gradient launch covers, in launch order (blocks [i * blocks_per_level,
-// (i + 1) * blocks_per_level) take level ids[i]).
-struct LevelList {
-    uint8_t ids[grid::kMaxLevels];
-    uint32_t count;
-};
-
 // Where the parameter-gradient kernels find dL/dy of (row, level): element row * row_stride +
 // level * level_stride (+ feature). The caller's row-major rows: (stride, F). The level-major copy
 // param_gradient makes first (grid_level_major_kernel): (F, rows * F), so that a level's pass reads
@@ -59,18 +53,6 @@ struct GradLayout {
     __host__ __device__ int64_t at(int64_t row, uint32_t level) const { return row * row_stride + level * level_stride; }
 };
 
-// Feature groups of small levels reduced in shared memory: item i is level `level`, features
-// [f0, f0 + fs); each item gets blocks_per_item blocks of rows_per_block rows. Capped so that the
-// kernel arguments stay within 4 KiB; further small levels take the global path.
-constexpr uint32_t kMaxSharedItems = 64;
-struct SharedItems {
-    struct Item {
-        uint8_t level, f0, fs;
-    } items[kMaxSharedItems];
-    uint32_t count;
-};
-
-constexpr uint32_t kThreads = 256;  // threads per block of every kernel but the forward's (see Variant)
 // Shared memory a kernel may use without opting in, on every device.
 constexpr size_t kSharedBytes = 48 * 1024;
 // Dynamic shared memory grid_param_grad_shared_split_kernel needs beyond its slots (the block's bound).
@@ -602,9 +584,7 @@ template <typename ACC> struct SharedSink {
 // a block's rows) the low and mid sums stay below 2^32, exact; the high sum may wrap, which moves it by a
 // multiple of 2^32 and so 2^32 * high by a multiple of 2^64: 2^32 * high + 2^16 * mid + low is the sum of
 // the q modulo 2^64, the value a 64-bit slot would hold, and the global accumulator gets the same integers.
-constexpr int64_t kWordsMaxAdds = int64_t(1) << 16;
-static_assert(kWordsMaxAdds >= (int64_t(kThreads) << grid::kMaxDims),
-              "a block of kThreads rows with 2^D corners each must fit kWordsMaxAdds (plan_reduction's cap)");
+// (kWordsMaxAdds: grid_plan.h.)
 struct WordsSink {
     uint32_t* low;  // then mid and high, n_slots words each
     uint32_t n_slots, f0, fs;

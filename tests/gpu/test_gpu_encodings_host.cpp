@@ -1,9 +1,10 @@
 // Host-side properties of grid_gpu.h, the maths the GPU grid kernels use beyond grid_math.h: the
 // per-dimension corner-index shortcut equals grid::grid_index for every grid type, XOR hash and
 // dimension (levels that hash, fit densely or overflow 32 bits), and the fixed-point format of the
-// deterministic gradient never overflows, is exact under reordering and is accurate. Runs everywhere
-// (no GPU needed).
+// deterministic gradient never overflows, is exact under reordering and is accurate, and the
+// gradient's reduction plan (grid_plan.h) keeps its invariants. Runs everywhere (no GPU needed).
 #include "encodings/grid_gpu.h"
+#include "encodings/grid_plan.h"
 #include "test_util.h"
 
 #include <algorithm>
@@ -152,6 +153,88 @@ TEST(GridGpuMath, FixedPointRoundsToNearestEven) {
     EXPECT_EQ(grid_gpu::to_fixed_point(1e-30f, 10), 0);
     EXPECT_EQ(grid_gpu::from_fixed_point(3, 2), 0.75f);
 }
+
+#ifdef TNN_WITH_GPU  // GridDesc and the plan: GPU builds only
+// A grid of `sizes.size()` levels of the given entry counts (offsets and resolutions do not matter to
+// the plan).
+grid_gpu::GridDesc plan_grid(uint32_t n_dims, uint32_t n_features, grid::Interpolation interpolation,
+                             const std::vector<uint32_t>& sizes) {
+    grid_gpu::GridDesc g;
+    g.n_dims = n_dims;
+    g.n_features = n_features;
+    g.n_levels = static_cast<uint32_t>(sizes.size());
+    g.interpolation = interpolation;
+    for (uint32_t l = 0; l < g.n_levels; ++l)
+        g.levels[l] = grid_gpu::make_level_info(GridType::Hash, n_dims, 0, sizes[l], 2, 1.0f);
+    return g;
+}
+
+// The plan of the parameter gradient's reductions, over dimensions 1-7, Linear and Nearest rows, 1-8
+// features, fp32 / 64-bit / 32-bit-word slots, the default and opt-in budgets and batch sizes from 1
+// to 2^24: every level is reduced once (globally, or in shared-memory items covering its features
+// once with a power-of-two group), the slots fit the budget, the blocks cover the rows, and with the
+// deterministic gradient's 32-bit words no slot can take more than kWordsMaxAdds contributions per
+// block (their low sums would overflow).
+TEST(GridGpuPlan, ItemsCoverEachLevelOnceWithinTheBudgetAndTheWordsCap) {
+    const std::vector<uint32_t> sizes = {8, 64, 512, 4096, 1u << 15, 1u << 19};
+    int64_t capped = 0;
+    for (uint32_t D = 1; D <= grid::kMaxDims; ++D)
+        for (grid::Interpolation interp : {grid::Interpolation::Linear, grid::Interpolation::Nearest})
+            for (uint32_t F : {1u, 2u, 4u, 8u})
+                for (size_t acc_bytes : {size_t(4), size_t(8), size_t(12)})
+                    for (size_t budget : {size_t(48) << 10, size_t(100) << 10, size_t(227) << 10})
+                        for (int64_t rows : {int64_t(1), int64_t(7), int64_t(3000), int64_t(1) << 20, int64_t(1) << 24}) {
+                            SCOPED_TRACE(msg("D ", D, " nearest ", interp == grid::Interpolation::Nearest, " F ", F,
+                                             " slot bytes ", acc_bytes, " budget ", budget, " rows ", rows));
+                            const grid_gpu::GridDesc g = plan_grid(D, F, interp, sizes);
+                            const bool words = acc_bytes == 12;
+                            const int64_t touches = interp == grid::Interpolation::Nearest ? 1 : int64_t(1) << D;
+                            const grid_gpu::ReductionPlan p = grid_gpu::plan_reduction(
+                                    g, rows, g.n_levels, false, acc_bytes, budget, words ? grid_gpu::kWordsMaxAdds : 0);
+                            ASSERT_EQ(p.all.count, g.n_levels);
+                            std::vector<uint32_t> covered(g.n_levels * F, 0), global(g.n_levels, 0);
+                            for (uint32_t i = 0; i < p.all.count; ++i) EXPECT_EQ(p.all.ids[i], i);
+                            for (uint32_t i = 0; i < p.global.count; ++i) ++global[p.global.ids[i]];
+                            size_t most = 0;
+                            for (uint32_t i = 0; i < p.shared.count; ++i) {
+                                const auto& item = p.shared.items[i];
+                                ASSERT_LT(item.level, g.n_levels);
+                                EXPECT_TRUE(item.fs > 0 && F % item.fs == 0 && (item.fs & (item.fs - 1)) == 0);
+                                for (uint32_t f = item.f0; f < item.f0 + item.fs && f < F; ++f)
+                                    ++covered[item.level * F + f];
+                                most = std::max<size_t>(most, size_t(g.levels[item.level].size) * item.fs * acc_bytes);
+                            }
+                            for (uint32_t l = 0; l < g.n_levels; ++l)
+                                for (uint32_t f = 0; f < F; ++f)
+                                    EXPECT_EQ(covered[l * F + f] + global[l], 1u) << "level " << l << " feature " << f;
+                            EXPECT_EQ(p.shared_bytes, most);
+                            EXPECT_LE(p.shared_bytes, budget);
+                            if (p.shared.count == 0) continue;
+                            EXPECT_EQ(p.rows_per_block % grid_gpu::kThreads, 0);
+                            EXPECT_GE(p.rows_per_block, int64_t(grid_gpu::kThreads));
+                            EXPECT_GE(int64_t(p.blocks_per_item) * p.rows_per_block, rows);
+                            EXPECT_LT(int64_t(p.blocks_per_item - 1) * p.rows_per_block, rows);
+                            if (words) {
+                                EXPECT_LE(p.rows_per_block * touches, grid_gpu::kWordsMaxAdds);
+                                capped += p.rows_per_block * touches == grid_gpu::kWordsMaxAdds ? 1 : 0;
+                            }
+                        }
+    EXPECT_GT(capped, 0) << "no plan reached the words' cap: the test does not exercise it";
+    // The GPU test's cases: a 16^3 Tiled level of F = 2 takes one feature per 48 KiB block in words
+    // (4096 x 12 bytes), both with 100 KiB; 7-D Linear rows are capped at 512 rows per block.
+    const grid_gpu::GridDesc tiled = plan_grid(3, 2, grid::Interpolation::Linear, {4096, 4096, 4096});
+    const grid_gpu::ReductionPlan t48 = grid_gpu::plan_reduction(tiled, 20000, 3, false, 12, 48 << 10, grid_gpu::kWordsMaxAdds);
+    EXPECT_EQ(t48.shared.count, 6u);
+    EXPECT_EQ(t48.shared_bytes, size_t(48) << 10);
+    const grid_gpu::ReductionPlan t100 = grid_gpu::plan_reduction(tiled, 20000, 3, false, 12, 100 << 10, grid_gpu::kWordsMaxAdds);
+    EXPECT_EQ(t100.shared.count, 3u);
+    const grid_gpu::GridDesc d7 = plan_grid(7, 2, grid::Interpolation::Linear, {512, 512});
+    EXPECT_EQ(grid_gpu::plan_reduction(d7, 3000, 2, false, 12, 48 << 10, grid_gpu::kWordsMaxAdds).rows_per_block, 512);
+    EXPECT_EQ(grid_gpu::plan_reduction(d7, 3000, 2, false, 8, 48 << 10).rows_per_block, 1024);
+    // The second-order pass has no shared-memory items.
+    EXPECT_EQ(grid_gpu::plan_reduction(tiled, 20000, 3, true, 12, 48 << 10, grid_gpu::kWordsMaxAdds).shared.count, 0u);
+}
+#endif  // TNN_WITH_GPU
 
 }  // namespace
 }  // namespace tnn::test
