@@ -1547,15 +1547,7 @@ void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, c
         auto kernel = grid_param_grad_shared_kernel<T, D, F, ACC>;
 #if defined(TNN_WITH_CUDA)
         if constexpr (std::is_same_v<ACC, unsigned long long>)
-            if (words) {
-                // The words' sums are exact only up to kWordsMaxAdds contributions per slot and block.
-                const bool one_corner = static_cast<Interpolation>(c.args->interpolation) == Interpolation::Nearest ||
-                                        c.args->stochastic != 0;
-                if ((rows_per_block << (one_corner ? 0u : D)) > kWordsMaxAdds)
-                    throw Error("grid encoding (GPU): internal: " + std::to_string(rows_per_block) +
-                                " rows per block exceed the 2^16 contributions per slot of the 32-bit word slots");
-                kernel = grid_param_grad_shared_words_kernel<T, D, F>;
-            }
+            if (words) kernel = grid_param_grad_shared_words_kernel<T, D, F>;  // rows capped by plan_reduction
 #endif  // TNN_WITH_CUDA
         if (shared_bytes > kSharedBytes)  // past the default limit: opt in (grid.cu keeps it within the device's)
             TNN_GPU_CHECK(gpu_func_set_attribute(kernel, gpu_func_attribute_max_dynamic_shared_memory_size,
