@@ -725,10 +725,11 @@ TEST(GridGpu, SharedFixedSlotsMatchTheReferenceAndPropagateNonFinite) {
 // The deterministic gradient's shared-memory levels in three 32-bit words per value
 // (Variant::det_shared_words) add the same integers to the global accumulator as 64-bit slots, so the
 // gradient has the same bits either way, and matches the reference: Tiled grids (16^3 entries of 12
-// bytes are one feature per 48 KiB block), the opt-in budget (both features of a
-// level per block), a 7-D grid (2^7 corners per row: the plan caps a block at 512 rows so that no slot
-// takes more than 2^16 additions), Nearest rows (one corner each); then NaN in dL/dy and inf in x reach
-// the GPU gradient wherever they reach the CPU's (whose whole level is NaN on the deterministic path).
+// bytes are one feature per 48 KiB block), the opt-in budget (both features of a level per block), a
+// 7-D grid (2^7 corners per row: the plan caps a block at 512 rows so that no slot takes more than
+// 2^16 additions; GridGpuPlan tests the cap on the CPU), Nearest rows (one corner each); then NaN in
+// dL/dy and inf in x reach the GPU gradient wherever they reach the CPU's (whose whole level is NaN on
+// the deterministic path).
 TEST(GridGpu, DeterministicSharedWordsGiveTheSlotsBits) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;

@@ -128,10 +128,11 @@ def test_grid_torch_names_the_stages_a_spent_budget_skipped(grid_torch, tmp_path
 def test_torch_grid_baseline_computes_our_grid(device):
     """bench_grid_torch.py's PyTorch grid (the baseline of every speedup over PyTorch) must do the work
     ours does: the same levels, hashing and interpolation, here against the package's grid on the same
-    device (the CPU reference, and the GPU kernels where there is one) with the same parameters. Both interpolate with fp32 positions, rounded in another order: a position x * s_l
-    is off by up to an ulp of s_l, which moves each of the 2^D corner weights by up to D such ulps, so
-    a level's output may differ by 2^D * (D * ulp(s_l) + eps) * max|param|. A wrong hash, size or offset would
-    pick other entries: errors of the parameters' own size."""
+    device (the CPU reference, and the GPU kernels where there is one) with the same parameters. Both
+    interpolate with fp32 positions, rounded in another order: a position x * s_l is off by up to an ulp
+    of s_l, which moves each of the 2^D corner weights by up to D such ulps, so a level's output may
+    differ by 2^D * (D * ulp(s_l) + eps) * max|param|. A wrong hash, size or offset would pick other
+    entries: errors of the parameters' own size."""
     import tinycudann as tcnn
 
     sys.path.insert(0, str(BENCH))
