@@ -20,6 +20,7 @@
 #include "bench_timing.h"
 #include "encodings/grid_gpu.h"
 #include "gpu/gpu.h"
+#include "networks/fully_fused_mlp.h"
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_profiler_api.h>
@@ -533,6 +534,14 @@ json model_config() {
             {"optimizer", {{"otype", "Adam"}, {"learning_rate", 1e-2}}}};
 }
 
+// Sets a FullyFusedMLP plan override for its lifetime (the default plans again after it).
+struct PlanScope {
+    explicit PlanScope(const ffm::PlanOverride& o) { ffm::set_plan_override(o); }
+    ~PlanScope() { ffm::set_plan_override({}); }
+    PlanScope(const PlanScope&) = delete;
+    PlanScope& operator=(const PlanScope&) = delete;
+};
+
 void bench_model(int64_t batch, const Options& o, const Stream& s, json& results) {
     const Device dev = s.device();
     const json config = model_config();
@@ -547,12 +556,19 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
     try {
         // The trainer's default step fuses the network's forward, the loss and its backward (trainer.h);
         // the unfused step is timed too, for the difference.
+        // "train_step_mlp_two_tiles": the default step with the network's backward on the plan the
+        // planner took before the eighteenth session (8 warps of two m16 tiles, mma.sync kernel) instead
+        // of the wgmma block (12 warps of one tile).
         struct Variant {
             bool det, fused;
             const char* pass;
+            int mlp_m_tiles = 0;
         };
         for (const Variant& v : {Variant{false, true, "train_step"}, Variant{false, false, "train_step_unfused"},
-                                 Variant{true, true, "train_step_det"}}) {
+                                 Variant{true, true, "train_step_det"}, Variant{false, true, "train_step_mlp_two_tiles", 2}}) {
+            ffm::PlanOverride mlp_plan;
+            mlp_plan.backward_m_tiles = v.mlp_m_tiles;
+            const PlanScope scope(mlp_plan);
             const bool det = v.det;
             json c = config;
             c["encoding"]["deterministic"] = det;
@@ -577,7 +593,7 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
             record(v.pass, ms,
                    std::string("Trainer::step: forward + L2 + backward + Adam, replayed from the trainer's graph") +
                        (trainer.fused_loss() ? " (network forward, loss and backward fused)" : " (unfused)"));
-            if (!det && v.fused)
+            if (!det && v.fused && !v.mlp_m_tiles)
                 record("inference",
                        time_calls(s, o, [&] { trainer.model().inference(s, x.view(), y.view(), trainer.params()); }),
                        "model inference");

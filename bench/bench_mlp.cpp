@@ -283,6 +283,15 @@ int main(int argc, char** argv) {
         mma_sync.no_wgmma = true;
         bench_shape({64, 64, 64, 2}, big, "variant 64->64->64", o, s, results, {eight, target_global, mma_sync});
     }
+    // 32->64->16 (the grid + MLP model's network): the planner's wgmma block (12 warps, one tile, dW in
+    // the block's global slot; its default since the eighteenth session) next to the plan before it
+    // (8 warps of two m16 tiles on the mma.sync kernel) and the 12-warp mma.sync block with dW on chip.
+    {
+        ffm::PlanOverride two_tiles, twelve_mma_sync;
+        two_tiles.backward_m_tiles = 2;
+        twelve_mma_sync.backward_m_tiles = 1, twelve_mma_sync.no_wgmma = true;
+        bench_shape({32, 64, 16, 2}, big, "variant 32->64->16", o, s, results, {two_tiles, twelve_mma_sync});
+    }
     // Variants (the planner's choice is the "auto" row above): warps per block, and the kernels that
     // switch the activation at run time instead of the ones compiled for ReLU / None.
     if (!o.quick) {

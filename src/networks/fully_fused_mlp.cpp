@@ -68,10 +68,13 @@ Score score(int tier, int warps, int blocks_per_sm) {
 // block with dy read in place and dW in the block's global slot beat one 8-warp block with
 // everything on chip, fused training step 1.526 vs 1.777 ms, forward + backward 1.624 vs 1.685 ms
 // (2026-11-30, run 20); other ways past 8 warps per SM are unmeasured, so the lower tier wins there.)
-using BackwardScore = std::tuple<int, int, int, int, int, int>;
-BackwardScore backward_score(bool resident, bool enough, int tier, int warps, int blocks_per_sm) {
+// Among blocks of as many warps the wgmma kernel comes before the lower tier: at 32->64->16 a 12-warp
+// block fits with dW on chip too, which only the mma.sync kernel has (plan_backward).
+using BackwardScore = std::tuple<int, int, int, int, int, int, int>;
+BackwardScore backward_score(bool resident, bool enough, int tier, int warps, int blocks_per_sm, bool wgmma) {
     const int per_sm = warps * blocks_per_sm;
-    return {resident ? 1 : 0, enough ? 1 : 0, warps == 12 ? 12 : std::min(8, per_sm), -tier, std::min(16, per_sm), warps};
+    return {resident ? 1 : 0, enough ? 1 : 0, warps == 12 ? 12 : std::min(8, per_sm), wgmma ? 1 : 0, -tier,
+            std::min(16, per_sm), warps};
 }
 
 ForwardPlan layout_forward(const Shape& s, int in_bytes, int out_bytes, int nw, bool resident) {
@@ -235,7 +238,7 @@ std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, in
                         p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
                         if (p.blocks_per_sm == 0) continue;
                         const bool enough = nw * p.blocks_per_sm >= 4;
-                        const BackwardScore sc = backward_score(resident, enough, tier, nw, p.blocks_per_sm);
+                        const BackwardScore sc = backward_score(resident, enough, tier, nw, p.blocks_per_sm, wgmma);
                         if (!found || sc > best_score) best = p, best_score = sc, found = true;
                     }
                 }
@@ -281,6 +284,10 @@ BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activatio
     const auto one = plan_backward_tiles(s, in_bytes, dy_bytes, act, want_dw, d, o, 1);
     if (!one) throw_too_large(s, "backward", d);
     if (!d_mt2 || !has_backward_m_tiles(width, 2)) return *one;
+    // The wgmma kernel (12 warps of one tile, dW in the block's global slot) before two tiles of the
+    // mma.sync kernel, measured at 32->64->16 (the grid + MLP model's network) in run 94 of 2026-12-01
+    // (docs/fully_fused_mlp.md).
+    if (one->wgmma) return *one;
     // Two m16 tiles per warp halve the weight-fragment loads and the per-layer synchronisation per
     // row; they pay off when the plan keeps the resident warps (up to 8 per SM), the weights and the
     // stash on chip. H200, B = 2^21, fwd+bwd (2026-11-30): 32->64->16 0.898 vs 1.129 ms (dW then in

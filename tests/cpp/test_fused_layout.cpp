@@ -708,13 +708,34 @@ TEST(FusedPlan, WgmmaKernelForTwelveWarpPlansOfTheShapesItCovers) {
     twelve.backward_m_tiles = 1;
     twelve.dw_in_global = true;  // (small networks would keep dW on chip, with the mma.sync kernel)
     // Forced onto 12 warps, one tile, dW in global memory: 3 -> 64 -> 1 (pin 16, pout 16), 64 -> 64 -> 16
-    // with 3 hidden layers and 16-bit input; no dL/dparams at all. Where dW fits on chip, the plan keeps it
-    // there with the mma.sync kernel.
+    // with 3 hidden layers and 16-bit input; no dL/dparams at all. Where dW would fit on chip, the wgmma
+    // kernel still comes first (dW in the block's global slot); without it the plan keeps dW on chip.
     {
         ffm::PlanOverride on_chip = twelve;
         on_chip.dw_in_global = false;
         const auto p = ffm::plan_backward(shape(64, 3, 1, 2), 4, 2, Activation::ReLU, true, limits(true, 64), on_chip);
-        EXPECT_TRUE(p.dw_in_smem && !p.wgmma);
+        EXPECT_TRUE(!p.dw_in_smem && p.wgmma);
+        on_chip.no_wgmma = true;
+        const auto q = ffm::plan_backward(shape(64, 3, 1, 2), 4, 2, Activation::ReLU, true, limits(true, 64), on_chip);
+        EXPECT_TRUE(q.dw_in_smem && !q.wgmma);
+    }
+    // The planner's own choice (no override) where two m16 tiles per warp keep 8 warps, e.g. 32->64->16
+    // (the grid + MLP model's network): the wgmma block where the device has it, else the two-tile plan
+    // (FusedPlan.TwelveWarpBlocksWhereTheKernelAllowsThem).
+    for (int in_bytes : {2, 4}) {
+        const ffm::Shape s16 = shape(64, 32, 16, 2);
+        auto mt2 = limits(true, 64);
+        mt2.regs_per_thread = 239, mt2.max_warps_per_block = ffm::backward_max_warps(64, true, 2);
+        const auto p = ffm::plan_backward(s16, in_bytes, 2, Activation::ReLU, true, limits(true, 64), {}, &mt2);
+        EXPECT_TRUE(p.wgmma && p.n_warps == 12 && p.rows_per_warp == 16 && !p.dw_in_smem) << in_bytes;
+        check_backward_plan(s16, p, limits(true, 64).smem_per_block, true);
+        mt2.wgmma = false;
+        const auto q = ffm::plan_backward(s16, in_bytes, 2, Activation::ReLU, true, limits(false, 64), {}, &mt2);
+        EXPECT_TRUE(!q.wgmma && q.n_warps == 8 && q.rows_per_warp == 32) << in_bytes;
+        ffm::PlanOverride two;
+        two.backward_m_tiles = 2;
+        const auto r = ffm::plan_backward(s16, in_bytes, 2, Activation::ReLU, true, limits(true, 64), two, &mt2);
+        EXPECT_TRUE(!r.wgmma && r.n_warps == 8 && r.rows_per_warp == 32) << in_bytes;
     }
     for (const auto& [sh, in_bytes, want_dw] :
          {std::tuple{shape(64, 3, 1, 2), 4, true}, std::tuple{shape(64, 64, 16, 3), 2, true},
@@ -741,15 +762,18 @@ TEST(FusedPlan, WgmmaKernelForTwelveWarpPlansOfTheShapesItCovers) {
     EXPECT_FALSE(ffm::plan_backward(shape(32, 32, 16, 2), 4, 2, Activation::ReLU, true, limits(true, 32), twelve).wgmma);
     EXPECT_FALSE(ffm::plan_backward(shape(64, 16, 16, 1), 4, 2, Activation::Tanh, true, limits(true, 64), twelve).wgmma);
     // The fused step may replace the unfused step's plan only by one with the same dW order
-    // (ffm::same_dw_order). 32->64->48: with 2-byte dy rows the 12-warp plan keeps dW on chip (mma.sync
-    // kernel); with 4-byte rows it moves dW to global memory, and so to the wgmma kernel: a different
-    // order, refused. 64->64->64: the plan with dy rows and the one without are both wgmma: the same.
+    // (ffm::same_dw_order). 32->64->48: the plans with 2- and 4-byte dy rows are both the wgmma kernel's
+    // 12-warp block (before the eighteenth session the 2-byte one kept dW on chip with the mma.sync
+    // kernel): the same order. The 12-warp mma.sync block sums dW in another order: refused.
+    // 64->64->64: the plan with dy rows and the one without are both wgmma: the same.
     const ffm::Shape s48 = shape(64, 32, 48, 2);
     const auto dy2 = ffm::plan_backward(s48, 4, 2, Activation::ReLU, true, limits(true, 64));
     const auto dy4 = ffm::plan_backward(s48, 4, 4, Activation::ReLU, true, limits(true, 64));
-    EXPECT_EQ(dy2.n_warps, dy4.n_warps);
-    EXPECT_NE(dy2.wgmma, dy4.wgmma);
-    EXPECT_FALSE(ffm::same_dw_order(dy2, 132, dy4, 132));
+    EXPECT_TRUE(dy2.wgmma && dy4.wgmma && dy2.n_warps == dy4.n_warps);
+    EXPECT_TRUE(ffm::same_dw_order(dy2, 132, dy4, 132));
+    const auto dy2_mma_sync = ffm::plan_backward(s48, 4, 2, Activation::ReLU, true, limits(true, 64), off);
+    EXPECT_EQ(dy2_mma_sync.n_warps, dy2.n_warps);
+    EXPECT_FALSE(ffm::same_dw_order(dy2, 132, dy2_mma_sync, 132));
     ffm::PlanOverride in_place;
     in_place.dy_global = true;
     EXPECT_TRUE(ffm::same_dw_order(wg, 132, ffm::plan_backward(s, 4, 2, Activation::ReLU, true, limits(true, 64), in_place), 132));

@@ -354,7 +354,8 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     overrides[7].backward_m_tiles = 2, overrides[7].backward_warps = 2;
     overrides[8] = overrides[3];
     overrides[8].backward_m_tiles = 2;
-    // ... and one m16 tile where the planner would take two (the default of 32->64->16 and below).
+    // ... and one m16 tile where the planner would take two (the default of 32->64->16 and below
+    // without the wgmma kernel).
     overrides[9].backward_m_tiles = 1;
     // dL/doutput read in place (no dy rows in shared memory) with 8 and with 12 warps of one tile (the
     // ReLU / linear-output kernels up to width 64 only: backward_max_warps; 12 is their default where
@@ -363,6 +364,9 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
     overrides[11].dy_global = true, overrides[11].backward_warps = 12, overrides[11].backward_m_tiles = 1;
     // 12 warps with dL/doutput staged where that fits (else the planner's next tier).
     overrides[12].backward_warps = 12, overrides[12].backward_m_tiles = 1;
+    // One-tile plans on the mma.sync kernel: where the device has the wgmma kernel the planner would
+    // take it for these (FullyFusedMlpGpuPlans.WgmmaBackward... covers that one).
+    overrides[9].no_wgmma = overrides[11].no_wgmma = overrides[12].no_wgmma = true;
     for (const char* name :
          {"sine_sine_w64_bias_f32out", "w64_64to64_batch4099", "leaky_exponential_w16_deep5", "w128_batch7_bias",
           "w64_tail20_batch4116", "w32_batch1"})
@@ -614,6 +618,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // global memory (the default of w64_32to16 with two m16 tiles); overrides 3 and 4 force the latter.
     std::vector<ffm::PlanOverride> overrides(11);
     overrides[1].backward_m_tiles = 1;
+    overrides[1].no_wgmma = true;  // the mma.sync kernel's one-tile plans (the default covers wgmma's)
     overrides[2].backward_m_tiles = 2;
     overrides[3].stream_weights = overrides[3].stash_in_global = overrides[3].dw_in_global = true;
     overrides[3].backward_warps = 2;
@@ -626,6 +631,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // choice for the width-64 cases whose 12-warp plan keeps the weights and the stash on chip).
     overrides[6].dy_global = true, overrides[6].backward_warps = 8;
     overrides[7].dy_global = true, overrides[7].backward_warps = 12, overrides[7].backward_m_tiles = 1;
+    overrides[7].no_wgmma = true;  // the mma.sync kernel (override 10 is the wgmma one)
     // With 12 warps the target goes through the raw input rows where a target row fits one
     // (KernelArgs::target_in_raw: override 7 for most cases; odd_16bit_input_3to5_w32 does not fit);
     // forced to global memory, it is loaded one output chunk ahead in registers (override 8).
@@ -640,6 +646,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // width-64 case without bias and with <= 64 padded inputs and outputs, not only 64 inputs.
     overrides[10] = overrides[7];
     overrides[10].dw_in_global = true;
+    overrides[10].no_wgmma = false;
     // The same at width 128 (8 warps): the width-128 wgmma kernel for its cases without bias.
     overrides.emplace_back();
     overrides[11].backward_warps = 8, overrides[11].backward_m_tiles = 1, overrides[11].dw_in_global = true;
@@ -656,8 +663,9 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
                      true});
     // Two outputs: 8-byte target rows, copied into the raw rows 8 bytes at a time (overrides 7, 9).
     cases.push_back({"w64_32to2_batch3001", 32, 2, 64, 2, "ReLU", "None", false, 3001, false, false, false, true});
-    // The unfused plan is the 12-warp mma.sync kernel with dW on chip; the fused step's 4-byte plan would
-    // be the wgmma kernel (dW in global memory): it must keep the unfused kernel (ffm::same_dw_order).
+    // Up to the seventeenth session the unfused plan here was the 12-warp mma.sync kernel with dW on chip
+    // and the fused step's 4-byte plan the wgmma kernel, which ffm::same_dw_order refused; since the
+    // planner puts the wgmma kernel first both are the wgmma kernel's (FusedPlan.Wgmma... on the CPU).
     cases.push_back({"w64_32to48_batch3001", 32, 48, 64, 2, "ReLU", "None", false, 3001, false, false, false, true});
     // Width 128 under override 11: one hidden layer, fp32 output, several tiles per block.
     cases.push_back({"w128_40to64_h1_f32out_batch70001", 40, 64, 128, 1, "ReLU", "None", false, 70001, false, true,
