@@ -69,7 +69,8 @@ Score score(int tier, int warps, int blocks_per_sm) {
 // everything on chip, fused training step 1.526 vs 1.777 ms, forward + backward 1.624 vs 1.685 ms
 // (2026-11-30, run 20); other ways past 8 warps per SM are unmeasured, so the lower tier wins there.)
 // Among blocks of as many warps the wgmma kernel comes before the lower tier: at 32->64->16 a 12-warp
-// block fits with dW on chip too, which only the mma.sync kernel has (plan_backward).
+// block fits with dW on chip too, which only the mma.sync kernel has; the wgmma block was faster
+// (fused step 0.717 vs 0.923 ms at B = 2^21, run 94 of 2026-12-01).
 using BackwardScore = std::tuple<int, int, int, int, int, int, int>;
 BackwardScore backward_score(bool resident, bool enough, int tier, int warps, int blocks_per_sm, bool wgmma) {
     const int per_sm = warps * blocks_per_sm;
@@ -285,8 +286,8 @@ BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activatio
     if (!one) throw_too_large(s, "backward", d);
     if (!d_mt2 || !has_backward_m_tiles(width, 2)) return *one;
     // The wgmma kernel (12 warps of one tile, dW in the block's global slot) before two tiles of the
-    // mma.sync kernel, measured at 32->64->16 (the grid + MLP model's network) in run 94 of 2026-12-01
-    // (docs/fully_fused_mlp.md).
+    // mma.sync kernel: H200, 32->64->16 (the grid + MLP model's network), B = 2^21, fused step 0.717 vs
+    // 0.844 ms, forward + backward 0.836 vs 0.935 (2026-12-01, run 94; docs/fully_fused_mlp.md round 12).
     if (one->wgmma) return *one;
     // Two m16 tiles per warp halve the weight-fragment loads and the per-layer synchronisation per
     // row; they pay off when the plan keeps the resident warps (up to 8 per SM), the weights and the

@@ -591,8 +591,9 @@ TEST(FusedPlan, TwelveWarpBlocksWhereTheKernelAllowsThem) {
     // read dL/doutput in place (backward_max_warps; the planner sees it as max_warps_per_block). A
     // 12-warp block with the weights and the stash on chip comes before 8 resident warps (H200,
     // 64->64->64: fused step 1.526 vs 1.777 ms): at 64->64->64 it fits only without the dy rows and
-    // with dW in the block's global slot. Two-tile plans that keep 8 warps stay (32->64->16,
-    // 32->16->16); width 128 has no such kernel. Registers: ptxas -v of the sm_90 fp16 ReLU kernels.
+    // with dW in the block's global slot. Without the wgmma kernel (these limits; NVIDIA builds without
+    // sm_90a code) two-tile plans that keep 8 warps stay (32->64->16, 32->16->16); width 128 has no such
+    // kernel. Registers: ptxas -v of the sm_90 fp16 ReLU kernels.
     if (!ffm::backward_reads_dy_in_place(64, true, 1)) {
         EXPECT_EQ(ffm::backward_max_warps(64, true, 1), ffm::kMaxWarps);  // HIP: no such kernels
         return;
