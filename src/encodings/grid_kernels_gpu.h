@@ -1020,20 +1020,87 @@ __device__ __forceinline__ void shared_item_rows(const KernelArgs& a, const Leve
     }
 }
 
-// Adds the nonzero slots of a shared-memory item (features [f0, f0 + fs) of each entry) to its level's
-// accumulator `out`: consecutive threads, consecutive addresses.
+// The slots of a shared-memory item, as the policy of shared_item_block: OneWordSlots<ACC> keeps one
+// ACC per value (float: the fast gradient; unsigned long long: the deterministic gradient's 64-bit
+// fixed point), ThreeWordSlots WordsSink's three 32-bit words per value (bits [0, 16), [16, 32) and
+// [32, 64) of the fixed-point value; NVIDIA builds only). total() is the value a slot adds to the
+// level's accumulator: for the words 2^32 * high + 2^16 * mid + low, the 64-bit slot's integer.
+template <typename ACC> struct OneWordSlots {
+    using Acc = ACC;
+    using Word = ACC;
+    static constexpr uint32_t kWordsPerValue = 1;
+    __device__ static SharedSink<ACC> sink(Word* words, uint32_t, uint32_t f0, uint32_t fs, int k) {
+        return SharedSink<ACC>{words, f0, fs, k};
+    }
+    __device__ static Acc total(const Word* words, uint32_t, uint32_t i) { return words[i]; }
+};
+#if defined(TNN_WITH_CUDA)
+struct ThreeWordSlots {
+    using Acc = unsigned long long;
+    using Word = uint32_t;
+    static constexpr uint32_t kWordsPerValue = 3;
+    __device__ static WordsSink sink(Word* words, uint32_t n_slots, uint32_t f0, uint32_t fs, int k) {
+        return WordsSink{words, n_slots, f0, fs, k};
+    }
+    __device__ static Acc total(const Word* words, uint32_t n_slots, uint32_t i) {
+        return (static_cast<unsigned long long>(words[2 * n_slots + i]) << 32) +
+               (static_cast<unsigned long long>(words[n_slots + i]) << 16) + words[i];
+    }
+};
+#endif  // TNN_WITH_CUDA
+
+// Adds the nonzero slot totals of a shared-memory item (features [f0, f0 + fs) of each entry) to its
+// level's accumulator `out`: consecutive threads, consecutive addresses.
+template <uint32_t F, typename SLOTS>
+__device__ __forceinline__ void flush_slot_totals(const typename SLOTS::Word* words, uint32_t n_slots, uint32_t f0,
+                                                  uint32_t fs, typename SLOTS::Acc* __restrict__ out) {
+    for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) {
+        const typename SLOTS::Acc value = SLOTS::total(words, n_slots, i);
+        if (value != typename SLOTS::Acc(0)) atomicAdd(out + size_t(i / fs) * F + f0 + i % fs, value);
+    }
+}
 template <uint32_t F, typename ACC>
 __device__ __forceinline__ void flush_shared_slots(const ACC* slots, uint32_t n_slots, uint32_t f0, uint32_t fs,
                                                    ACC* __restrict__ out) {
-    for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) {
-        const ACC value = slots[i];
-        if (value != ACC(0)) atomicAdd(out + size_t(i / fs) * F + f0 + i % fs, value);
-    }
+    flush_slot_totals<F, OneWordSlots<ACC>>(slots, n_slots, f0, fs, out);
 }
 
-// Shared-memory reduction of small levels: block b reduces item items[b / blocks_per_item] over rows
-// [(b % blocks_per_item) * rows_per_block, +rows_per_block) into slots (dynamic shared memory), then
-// adds the nonzero slots to the global accumulator (consecutive threads, consecutive addresses).
+// Shared-memory reduction of small levels, one block's work: block b reduces item
+// items[b / blocks_per_item] over rows [(b % blocks_per_item) * rows_per_block, +rows_per_block) into
+// SLOTS in `shared` (dynamic shared memory, zeroed here), then adds the nonzero slot totals to the global
+// accumulator (consecutive threads, consecutive addresses). Fixed point (64-bit Acc): the level's
+// exponent; a level with a non-finite exponent is left to the conversion, which writes NaN for it.
+template <typename T, uint32_t D, uint32_t F, typename SLOTS>
+__device__ __forceinline__ void shared_item_block(const KernelArgs& a, const SharedItems& items,
+                                                  uint32_t blocks_per_item, int64_t rows_per_block, int64_t rows,
+                                                  const float* __restrict__ x, int64_t x_stride,
+                                                  const T* __restrict__ g, const GradLayout& g_layout,
+                                                  typename SLOTS::Acc* __restrict__ acc,
+                                                  const int* __restrict__ exponents, unsigned char* shared) {
+    using Acc = typename SLOTS::Acc;
+    using Word = typename SLOTS::Word;
+    Word* words = reinterpret_cast<Word*>(shared);
+    const SharedItems::Item item = items.items[blockIdx.x / blocks_per_item];
+    const uint32_t level = item.level, f0 = item.f0, fs = item.fs;
+    const LevelInfo& L = a.levels[level];
+    int k = 0;
+    if constexpr (sizeof(Acc) == 8) {
+        k = exponents[level];
+        if (k == kNonFiniteExponent) return;
+    }
+    const uint32_t n_slots = L.size * fs;
+    for (uint32_t i = threadIdx.x; i < SLOTS::kWordsPerValue * n_slots; i += kThreads) words[i] = Word(0);
+    __syncthreads();
+    const int64_t begin = int64_t(blockIdx.x % blocks_per_item) * rows_per_block;
+    const int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
+    shared_item_rows<T, D, F>(a, L, level, begin, end, rows, x, x_stride, g, g_layout,
+                              SLOTS::sink(words, n_slots, f0, fs, k));
+    __syncthreads();
+    flush_slot_totals<F, SLOTS>(words, n_slots, f0, fs, acc + size_t(L.offset) * F);
+}
+
+// shared_item_block with one ACC per slot: float (the fast gradient) or 64-bit fixed point (the
+// deterministic one).
 template <typename T, uint32_t D, uint32_t F, typename ACC>
 __global__ void __launch_bounds__(kThreads)
     grid_param_grad_shared_kernel(const KernelArgs a, const SharedItems items, uint32_t blocks_per_item,
@@ -1041,31 +1108,15 @@ __global__ void __launch_bounds__(kThreads)
                                   const T* __restrict__ g, GradLayout g_layout, ACC* __restrict__ acc,
                                   const int* __restrict__ exponents) {
     extern __shared__ unsigned char shared_bytes[];
-    ACC* slots = reinterpret_cast<ACC*>(shared_bytes);
-    const SharedItems::Item item = items.items[blockIdx.x / blocks_per_item];
-    const uint32_t level = item.level, f0 = item.f0, fs = item.fs;
-    const LevelInfo& L = a.levels[level];
-    int k = 0;
-    if constexpr (sizeof(ACC) == 8) {
-        k = exponents[level];
-        if (k == kNonFiniteExponent) return;
-    }
-    const uint32_t n_slots = L.size * fs;
-    for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) slots[i] = ACC(0);
-    __syncthreads();
-    const int64_t begin = int64_t(blockIdx.x % blocks_per_item) * rows_per_block;
-    const int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
-    shared_item_rows<T, D, F>(a, L, level, begin, end, rows, x, x_stride, g, g_layout,
-                              SharedSink<ACC>{slots, f0, fs, k});
-    __syncthreads();
-    flush_shared_slots<F>(slots, n_slots, f0, fs, acc + size_t(L.offset) * F);
+    shared_item_block<T, D, F, OneWordSlots<ACC>>(a, items, blocks_per_item, rows_per_block, rows, x, x_stride, g,
+                                                  g_layout, acc, exponents, shared_bytes);
 }
 
 #if defined(TNN_WITH_CUDA)
-// grid_param_grad_shared_kernel of the deterministic gradient with WordsSink's three words per slot
+// The deterministic gradient's shared_item_block with WordsSink's three words per slot
 // (Variant::det_shared_words; 12 bytes per slot, rows_per_block * 2^D <= kWordsMaxAdds). The same
-// arguments, and the same integers reach `acc`. NVIDIA builds only: AMD GPUs add 64-bit integers in LDS
-// natively.
+// arguments as grid_param_grad_shared_kernel<..., unsigned long long>, and the same integers reach
+// `acc`. NVIDIA builds only: AMD GPUs add 64-bit integers in LDS natively.
 template <typename T, uint32_t D, uint32_t F>
 __global__ void __launch_bounds__(kThreads)
     grid_param_grad_shared_words_kernel(const KernelArgs a, const SharedItems items, uint32_t blocks_per_item,
@@ -1073,26 +1124,8 @@ __global__ void __launch_bounds__(kThreads)
                                         int64_t x_stride, const T* __restrict__ g, GradLayout g_layout,
                                         unsigned long long* __restrict__ acc, const int* __restrict__ exponents) {
     extern __shared__ unsigned char shared_bytes[];
-    uint32_t* words = reinterpret_cast<uint32_t*>(shared_bytes);
-    const SharedItems::Item item = items.items[blockIdx.x / blocks_per_item];
-    const uint32_t level = item.level, f0 = item.f0, fs = item.fs;
-    const LevelInfo& L = a.levels[level];
-    const int k = exponents[level];
-    if (k == kNonFiniteExponent) return;
-    const uint32_t n_slots = L.size * fs;
-    for (uint32_t i = threadIdx.x; i < 3 * n_slots; i += kThreads) words[i] = 0u;
-    __syncthreads();
-    const int64_t begin = int64_t(blockIdx.x % blocks_per_item) * rows_per_block;
-    const int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
-    shared_item_rows<T, D, F>(a, L, level, begin, end, rows, x, x_stride, g, g_layout,
-                              WordsSink{words, n_slots, f0, fs, k});
-    __syncthreads();
-    unsigned long long* out = acc + size_t(L.offset) * F;
-    for (uint32_t i = threadIdx.x; i < n_slots; i += kThreads) {
-        const unsigned long long sum = (static_cast<unsigned long long>(words[2 * n_slots + i]) << 32) +
-                                       (static_cast<unsigned long long>(words[n_slots + i]) << 16) + words[i];
-        if (sum != 0) atomicAdd(out + size_t(i / fs) * F + f0 + i % fs, sum);
-    }
+    shared_item_block<T, D, F, ThreeWordSlots>(a, items, blocks_per_item, rows_per_block, rows, x, x_stride, g,
+                                               g_layout, acc, exponents, shared_bytes);
 }
 #endif  // TNN_WITH_CUDA
 

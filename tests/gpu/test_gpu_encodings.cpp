@@ -761,12 +761,14 @@ TEST(GridGpu, DeterministicSharedWordsGiveTheSlotsBits) {
             EncodingData data = make_data(c, *enc, dtype, 47);
             const ErrorModel m = error_model(c, *enc);
             TestStream stream(Device::gpu(0));
-            for (bool non_finite : {false, true}) {
-                SCOPED_TRACE(non_finite ? "NaN in dL/dy, inf in x" : "finite");
-                if (non_finite) {
-                    data.dL_dy[3 * enc->n_output_dims() + 1] = std::numeric_limits<double>::quiet_NaN();
-                    data.x[size_t(k.batch - 5) * c.n_dims] = std::numeric_limits<double>::infinity();
-                }
+            // Passes: finite; NaN in dL/dy at the last level only (that level NaN, the others, the
+            // shared-memory ones among them, reduced as usual); then inf in x too (every level NaN).
+            for (int pass : {0, 1, 2}) {
+                const bool non_finite = pass > 0;
+                SCOPED_TRACE(pass == 0 ? "finite" : pass == 1 ? "NaN in dL/dy" : "NaN in dL/dy, inf in x");
+                if (pass == 1)
+                    data.dL_dy[3 * enc->n_output_dims() + enc->n_output_dims() - 1] = std::numeric_limits<double>::quiet_NaN();
+                if (pass == 2) data.x[size_t(k.batch - 5) * c.n_dims] = std::numeric_limits<double>::infinity();
                 const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
                 const EncodingResult base = run_encoding(*enc, stream, data, c.batch);
                 if (!non_finite) {
@@ -782,6 +784,11 @@ TEST(GridGpu, DeterministicSharedWordsGiveTheSlotsBits) {
                         }
                     EXPECT_GT(n_nan, 0u) << "the case must reach NaN entries";
                     EXPECT_EQ(missed, 0u) << "entries NaN on the CPU but not here";
+                    if (pass == 1) {  // the levels before the last one stay finite
+                        const auto finite = std::count_if(base.dL_dparams.begin(), base.dL_dparams.end(),
+                                                          [](double v) { return std::isfinite(v); });
+                        EXPECT_GT(finite, 0) << "a NaN in the last level's dL/dy must leave the others finite";
+                    }
                 }
                 for (const grid_gpu::Variant& v : variants) {
                     SCOPED_TRACE(msg("det_shared_words ", v.det_shared_words, " shared_kib ", v.shared_kib));
