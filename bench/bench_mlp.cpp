@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
         ffm::PlanOverride two_tiles, twelve_mma_sync;
         two_tiles.backward_m_tiles = 2;
         twelve_mma_sync.backward_m_tiles = 1, twelve_mma_sync.no_wgmma = true;
-        bench_shape({32, 64, 16, 2}, big, "variant 32->64->16", o, s, results, {two_tiles, twelve_mma_sync});
+        bench_shape({32, 64, 16, 2}, big, "plans 32->64->16", o, s, results, {two_tiles, twelve_mma_sync});
     }
     // Variants (the planner's choice is the "auto" row above): warps per block, and the kernels that
     // switch the activation at run time instead of the ones compiled for ReLU / None.

@@ -68,13 +68,15 @@ Score score(int tier, int warps, int blocks_per_sm) {
 // block with dy read in place and dW in the block's global slot beat one 8-warp block with
 // everything on chip, fused training step 1.526 vs 1.777 ms, forward + backward 1.624 vs 1.685 ms
 // (2026-11-30, run 20); other ways past 8 warps per SM are unmeasured, so the lower tier wins there.)
-// Among blocks of as many warps the wgmma kernel comes before the lower tier: at 32->64->16 a 12-warp
-// block fits with dW on chip too, which only the mma.sync kernel has; the wgmma block was faster
-// (fused step 0.717 vs 0.923 ms at B = 2^21, run 94 of 2026-12-01).
+// Among blocks of as many warps a preferred kernel (`prefer`: the width-64 wgmma block computing dW)
+// comes before the lower tier: at 32->64->16 a 12-warp block fits with dW on chip too, which only the
+// mma.sync kernel has; the wgmma block was faster (fused step 0.717 vs 0.923 ms at B = 2^21, run 94 of
+// 2026-12-01). Unmeasured, so left to the tiers: the 8-warp width-128 blocks (one hidden layer keeps dW
+// on chip there) and passes without dL/dparams.
 using BackwardScore = std::tuple<int, int, int, int, int, int, int>;
-BackwardScore backward_score(bool resident, bool enough, int tier, int warps, int blocks_per_sm, bool wgmma) {
+BackwardScore backward_score(bool resident, bool enough, int tier, int warps, int blocks_per_sm, bool prefer) {
     const int per_sm = warps * blocks_per_sm;
-    return {resident ? 1 : 0, enough ? 1 : 0, warps == 12 ? 12 : std::min(8, per_sm), wgmma ? 1 : 0, -tier,
+    return {resident ? 1 : 0, enough ? 1 : 0, warps == 12 ? 12 : std::min(8, per_sm), prefer ? 1 : 0, -tier,
             std::min(16, per_sm), warps};
 }
 
@@ -239,7 +241,9 @@ std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, in
                         p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
                         if (p.blocks_per_sm == 0) continue;
                         const bool enough = nw * p.blocks_per_sm >= 4;
-                        const BackwardScore sc = backward_score(resident, enough, tier, nw, p.blocks_per_sm, wgmma);
+                        // The wgmma preference as measured: a 12-warp block that computes dW (run 94).
+                        const bool prefer = wgmma && want_dw && nw == 12;
+                        const BackwardScore sc = backward_score(resident, enough, tier, nw, p.blocks_per_sm, prefer);
                         if (!found || sc > best_score) best = p, best_score = sc, found = true;
                     }
                 }
@@ -288,7 +292,8 @@ BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activatio
     // The wgmma kernel (12 warps of one tile, dW in the block's global slot) before two tiles of the
     // mma.sync kernel: H200, 32->64->16 (the grid + MLP model's network), B = 2^21, fused step 0.717 vs
     // 0.844 ms, forward + backward 0.836 vs 0.935 (2026-12-01, run 94; docs/fully_fused_mlp.md round 12).
-    if (one->wgmma) return *one;
+    // Measured with dL/dparams only; without them the plans stay as before.
+    if (one->wgmma && want_dw) return *one;
     // Two m16 tiles per warp halve the weight-fragment loads and the per-layer synchronisation per
     // row; they pay off when the plan keeps the resident warps (up to 8 per SM), the weights and the
     // stash on chip. H200, B = 2^21, fwd+bwd (2026-11-30): 32->64->16 0.898 vs 1.129 ms (dW then in

@@ -246,9 +246,9 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     if (loss && !a.dy_f32 && !o.fused_target_global && a.bwd.dy_in_smem) {
         // Staging the fp32 target needs more shared memory per row than dL/doutput would: take that
         // plan only when it keeps the unfused plan's kernel kind, rows per block and blocks (so dW sums
-        // the same rows in the same order: same_dw_order; e.g. 32->64->48 would otherwise move from the
-        // mma.sync kernel with dW on chip to the wgmma kernel); otherwise the epilogue reads the target
-        // from global memory.
+        // the same rows in the same order: same_dw_order; e.g. 1->128->52 with two hidden layers would
+        // otherwise move from the wgmma kernel to the mma.sync kernel, 8 warps each); otherwise the
+        // epilogue reads the target from global memory.
         try {
             const BackwardPlan staged = plan(4, o);
             const int staged_grid = grid_of(staged);

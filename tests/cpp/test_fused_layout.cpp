@@ -559,8 +559,9 @@ TEST(FusedPlan, FusedStepStagesTheTargetWhereThePlanStaysTheSame) {
     // The fused training step stages its fp32 target like dL/doutput only where the plan for 4-byte
     // rows keeps the unfused plan's warps, rows per warp and blocks per SM (so dW sums the same rows in
     // the same order); else it reads the target from global memory (ffm::gpu_backward). For the
-    // benchmark shapes (fp32 input, fp16 output, ReLU, dL/dparams): 32->64->16 loses its two-tile plan
-    // with 4-byte rows and reads from global memory; 64->64->64 runs a 12-warp block that reads
+    // benchmark shapes (fp32 input, fp16 output, ReLU, dL/dparams), without the wgmma kernel (these
+    // limits): 32->64->16 loses its two-tile plan with 4-byte rows and reads from global memory (with
+    // the wgmma kernel it stages, below); 64->64->64 runs a 12-warp block that reads
     // dL/doutput and the target in place (NVIDIA); the others stage. (Registers and warp bounds are those
     // of the sm_90 fp16 ReLU kernels, as in the tests above.)
     struct Case {
@@ -583,6 +584,18 @@ TEST(FusedPlan, FusedStepStagesTheTargetWhereThePlanStaysTheSame) {
                                   << " warps x " << unfused.rows_per_warp << " rows, 4-byte rows " << staged.n_warps
                                   << " x " << staged.rows_per_warp;
         check_backward_plan(s, staged, d1.smem_per_block, true);
+    }
+    // With the wgmma kernel (sm_90a code on an sm_90 device) 32->64->16's plans for 2- and 4-byte rows are
+    // both its 12-warp block with dy rows: the fused step stages the target and sums dW as the unfused one.
+    if (twelve) {
+        auto d1 = h200_limits(156), d2 = h200_limits(239);
+        d1.max_warps_per_block = ffm::backward_max_warps(64, true, 1), d1.wgmma = true;
+        d2.max_warps_per_block = ffm::backward_max_warps(64, true, 2);
+        const ffm::Shape s = shape(64, 32, 16, 2);
+        const auto unfused = ffm::plan_backward(s, 4, 2, Activation::ReLU, true, d1, {}, &d2);
+        const auto staged = ffm::plan_backward(s, 4, 4, Activation::ReLU, true, d1, {}, &d2);
+        EXPECT_TRUE(unfused.wgmma && staged.wgmma && staged.dy_in_smem);
+        EXPECT_TRUE(ffm::same_dw_order(unfused, 132, staged, 132));
     }
 }
 
@@ -737,6 +750,12 @@ TEST(FusedPlan, WgmmaKernelForTwelveWarpPlansOfTheShapesItCovers) {
         two.backward_m_tiles = 2;
         const auto r = ffm::plan_backward(s16, in_bytes, 2, Activation::ReLU, true, limits(true, 64), two, &mt2);
         EXPECT_TRUE(!r.wgmma && r.n_warps == 8 && r.rows_per_warp == 32) << in_bytes;
+        // Without dL/dparams (a frozen network) the preference was not measured: the plan without it.
+        const auto no_dw = ffm::plan_backward(s16, in_bytes, 2, Activation::ReLU, false, limits(true, 64), {}, &mt2);
+        const auto no_dw_before = ffm::plan_backward(s16, in_bytes, 2, Activation::ReLU, false, limits(false, 64), {}, &mt2);
+        EXPECT_TRUE(!no_dw.wgmma && no_dw.n_warps == no_dw_before.n_warps &&
+                    no_dw.rows_per_warp == no_dw_before.rows_per_warp)
+            << in_bytes;
     }
     for (const auto& [sh, in_bytes, want_dw] :
          {std::tuple{shape(64, 3, 1, 2), 4, true}, std::tuple{shape(64, 64, 16, 3), 2, true},
@@ -828,6 +847,12 @@ TEST(FusedPlan, WgmmaKernelForEightWarpPlansAtWidth128) {
         EXPECT_FALSE(ffm::plan_backward(sh, 4, 2, Activation::ReLU, true, limits(true)).wgmma)
             << sh.pin << " -> " << sh.pout << (sh.bias ? " bias" : "") << ", " << sh.n_hidden << " hidden";
     EXPECT_FALSE(ffm::plan_backward(shape(128, 32, 16, 2), 4, 2, Activation::Tanh, true, limits(true)).wgmma);
+    // One hidden layer keeps dW on chip on the mma.sync kernel (the planner prefers the wgmma kernel only
+    // for the width-64 12-warp blocks, where it was measured).
+    {
+        const auto h1 = ffm::plan_backward(shape(128, 32, 16, 1), 4, 2, Activation::ReLU, true, limits(true));
+        EXPECT_TRUE(!h1.wgmma && h1.dw_in_smem && h1.n_warps == 8);
+    }
     // The launcher's layout check refuses a plan laid out for the other width (its tiles too small).
     const auto p128 = ffm::plan_backward(shape(128, 32, 16, 2), 4, 2, Activation::ReLU, true, limits(true));
     EXPECT_TRUE(ffm::wgmma_tile_layout(p128, shape(128, 32, 16, 2)));

@@ -615,7 +615,8 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // both dtypes, every fused loss with the planner's choice, and L2 / RelativeL2 under the fallbacks.
     TNN_SKIP_WITHOUT_GPU();
     // The target is staged like dL/doutput where that keeps the unfused plan's tiles, else read from
-    // global memory (the default of w64_32to16 with two m16 tiles); overrides 3 and 4 force the latter.
+    // global memory (the default of w64_32to16 with two m16 tiles, i.e. without the wgmma kernel; override
+    // 2 forces two tiles); overrides 3 and 4 force the latter.
     std::vector<ffm::PlanOverride> overrides(11);
     overrides[1].backward_m_tiles = 1;
     overrides[1].no_wgmma = true;  // the mma.sync kernel's one-tile plans (the default covers wgmma's)
@@ -650,6 +651,10 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
     // The same at width 128 (8 warps): the width-128 wgmma kernel for its cases without bias.
     overrides.emplace_back();
     overrides[11].backward_warps = 8, overrides[11].backward_m_tiles = 1, overrides[11].dw_in_global = true;
+    // Override 10 with the target loaded one output chunk ahead (what override 8 asked of the wgmma
+    // kernel before override 7 was pinned to mma.sync).
+    overrides.push_back(overrides[10]);
+    overrides[12].fused_target_global = true;
     const Device dev = Device::gpu(0);
     // Plus batches whose N = rows * outputs is a power of two: there the epilogue multiplies by 1 / N
     // (KernelArgs::loss_inv_n) where the loss kernel divides by N; elsewhere it divides too.

@@ -761,6 +761,7 @@ TEST(GridGpu, DeterministicSharedWordsGiveTheSlotsBits) {
             EncodingData data = make_data(c, *enc, dtype, 47);
             const ErrorModel m = error_model(c, *enc);
             TestStream stream(Device::gpu(0));
+            std::vector<double> finite_base;  // pass 0's gradient (64-bit slots)
             // Passes: finite; NaN in dL/dy at the last level only (that level NaN, the others, the
             // shared-memory ones among them, reduced as usual); then inf in x too (every level NaN).
             for (int pass : {0, 1, 2}) {
@@ -775,6 +776,7 @@ TEST(GridGpu, DeterministicSharedWordsGiveTheSlotsBits) {
                     const EncodingResult ref =
                         run_encoding(*create_encoding(c.n_dims, c.config, DType::f64), Stream::cpu(), data, c.batch);
                     compare(base.dL_dparams, ref.dL_dparams, naive.dL_dparams, m.dL_dparams, "dL/dparams");
+                    finite_base = base.dL_dparams;
                 } else {  // a non-finite contribution makes its whole level NaN on the deterministic path
                     size_t n_nan = 0, missed = 0;
                     for (size_t i = 0; i < naive.dL_dparams.size(); ++i)
@@ -784,10 +786,21 @@ TEST(GridGpu, DeterministicSharedWordsGiveTheSlotsBits) {
                         }
                     EXPECT_GT(n_nan, 0u) << "the case must reach NaN entries";
                     EXPECT_EQ(missed, 0u) << "entries NaN on the CPU but not here";
-                    if (pass == 1) {  // the levels before the last one stay finite
-                        const auto finite = std::count_if(base.dL_dparams.begin(), base.dL_dparams.end(),
-                                                          [](double v) { return std::isfinite(v); });
-                        EXPECT_GT(finite, 0) << "a NaN in the last level's dL/dy must leave the others finite";
+                    if (pass == 1) {
+                        // Exponents are per level: the levels before the last one (whose parameters come
+                        // first) keep pass 0's bits; the last level is NaN as a whole: one NaN range.
+                        const std::vector<double>& got = base.dL_dparams;
+                        size_t first_nan = got.size();
+                        for (size_t i = 0; i < got.size() && first_nan == got.size(); ++i)
+                            if (std::isnan(got[i])) first_nan = i;
+                        EXPECT_GT(first_nan, 0u) << "a NaN in the last level's dL/dy must leave the others finite";
+                        size_t differ = 0, finite_after = 0;
+                        for (size_t i = 0; i < got.size(); ++i) {
+                            if (i < first_nan) differ += std::memcmp(&got[i], &finite_base[i], sizeof(double)) != 0;
+                            else finite_after += std::isnan(got[i]) ? 0 : 1;
+                        }
+                        EXPECT_EQ(differ, 0u) << "entries of the finite levels changed";
+                        EXPECT_EQ(finite_after, 0u) << "the NaN level is not one range at the end";
                     }
                 }
                 for (const grid_gpu::Variant& v : variants) {
