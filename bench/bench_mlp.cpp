@@ -291,6 +291,10 @@ int main(int argc, char** argv) {
         two_tiles.backward_m_tiles = 2;
         twelve_mma_sync.backward_m_tiles = 1, twelve_mma_sync.no_wgmma = true;
         bench_shape({32, 64, 16, 2}, big, "plans 32->64->16", o, s, results, {two_tiles, twelve_mma_sync});
+        // One hidden layer (e.g. a NeRF density network after a grid): the planner's choice is the
+        // same wgmma block, measured above with two hidden layers only (not yet at one).
+        bench_shape({32, 64, 16, 1}, big, "plans 32->64->16 h1", o, s, results,
+                    {ffm::PlanOverride{}, two_tiles, twelve_mma_sync});
     }
     // Variants (the planner's choice is the "auto" row above): warps per block, and the kernels that
     // switch the activation at run time instead of the ones compiled for ReLU / None.
