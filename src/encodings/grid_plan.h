@@ -13,6 +13,8 @@
 #include <algorithm>
 
 #ifdef TNN_WITH_GPU
+#include "gpu/gpu.h"
+
 namespace tnn::grid_gpu {
 
 // Levels one parameter-gradient launch covers, in launch order (blocks [i * blocks_per_level,
@@ -90,13 +92,13 @@ inline ReductionPlan plan_reduction(const GridDesc& g, int64_t rows, uint32_t n_
         max_slots = std::max<uint64_t>(max_slots, size * fs);
     }
     if (p.shared.count > 0) {
-        const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
         // Rows per block: enough that the block adds about 4 contributions per slot before its flush.
-        const int64_t want = std::max<int64_t>(1024, ceil_div(4 * static_cast<int64_t>(max_slots), touches));
-        p.rows_per_block = ceil_div(std::min(want, rows), kThreads) * kThreads;
+        const int64_t want =
+            std::max<int64_t>(1024, gpu::ceil_div<int64_t>(4 * static_cast<int64_t>(max_slots), touches));
+        p.rows_per_block = gpu::round_up<int64_t>(std::min(want, rows), kThreads);
         if (max_adds > 0)  // whole blocks of threads: kThreads rows of 2^7 corners stay within 2^16
             p.rows_per_block = std::min(p.rows_per_block, max_adds / touches / kThreads * kThreads);
-        p.blocks_per_item = static_cast<uint32_t>(ceil_div(rows, p.rows_per_block));
+        p.blocks_per_item = static_cast<uint32_t>(gpu::ceil_div<int64_t>(rows, p.rows_per_block));
         p.shared_bytes = max_slots * acc_bytes;
     }
     return p;
