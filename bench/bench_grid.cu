@@ -534,14 +534,6 @@ json model_config() {
             {"optimizer", {{"otype", "Adam"}, {"learning_rate", 1e-2}}}};
 }
 
-// Sets a FullyFusedMLP plan override for its lifetime (the default plans again after it).
-struct PlanScope {
-    explicit PlanScope(const ffm::PlanOverride& o) { ffm::set_plan_override(o); }
-    ~PlanScope() { ffm::set_plan_override({}); }
-    PlanScope(const PlanScope&) = delete;
-    PlanScope& operator=(const PlanScope&) = delete;
-};
-
 void bench_model(int64_t batch, const Options& o, const Stream& s, json& results) {
     const Device dev = s.device();
     const json config = model_config();
@@ -568,7 +560,7 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
                                  Variant{true, true, "train_step_det"}, Variant{false, true, "train_step_mlp_two_tiles", 2}}) {
             ffm::PlanOverride mlp_plan;
             mlp_plan.backward_m_tiles = v.mlp_m_tiles;
-            const PlanScope scope(mlp_plan);
+            const ffm::PlanOverrideScope scope(mlp_plan);
             const bool det = v.det;
             json c = config;
             c["encoding"]["deterministic"] = det;

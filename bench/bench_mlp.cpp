@@ -161,7 +161,7 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
     };
 
     for (const ffm::PlanOverride& ov : overrides) {
-        ffm::set_plan_override(ov);
+        const ffm::PlanOverrideScope scope(ov);
         json variant = {{"forward_warps", ov.forward_warps}, {"backward_warps", ov.backward_warps},
                         {"generic", ov.generic_kernels}, {"backward_m_tiles", ov.backward_m_tiles},
                         {"dy_global", ov.dy_global},            {"fused_target_global", ov.fused_target_global},
@@ -246,7 +246,6 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
             std::printf("%-28s ERROR %s\n", label.c_str(), e.what());
         }
     }
-    ffm::set_plan_override({});
 }
 
 }  // namespace

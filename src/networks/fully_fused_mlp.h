@@ -282,6 +282,14 @@ struct PlanOverride {
 };
 void set_plan_override(const PlanOverride& o);
 PlanOverride plan_override();
+// Sets an override for its lifetime, then the planner's defaults again (also when a test or a benchmark
+// row throws).
+struct PlanOverrideScope {
+    explicit PlanOverrideScope(const PlanOverride& o) { set_plan_override(o); }
+    ~PlanOverrideScope() { set_plan_override({}); }
+    PlanOverrideScope(const PlanOverrideScope&) = delete;
+    PlanOverrideScope& operator=(const PlanOverrideScope&) = delete;
+};
 
 // Both throw UnsupportedError naming the limit and the alternatives when nothing fits.
 ForwardPlan plan_forward(const Shape& s, int in_bytes, int out_bytes, const DeviceLimits& d,

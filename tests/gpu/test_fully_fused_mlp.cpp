@@ -317,12 +317,6 @@ const FusedCase& case_named(const std::string& name) {
     throw Error("no FullyFusedMLP test case named " + name);
 }
 
-// Restores the planner's defaults when a test ends (also on failure).
-struct OverrideScope {
-    explicit OverrideScope(const ffm::PlanOverride& o) { ffm::set_plan_override(o); }
-    ~OverrideScope() { ffm::set_plan_override({}); }
-};
-
 // Whether this build has the backward kernel an override asks for (tiles per warp, warps per block,
 // dL/doutput in place) for a case.
 bool override_has_kernel(const FusedCase& c, const ffm::PlanOverride& o) {
@@ -376,7 +370,7 @@ TEST(FullyFusedMlpGpuPlans, FallbackPathsMatchTheReference) {
             const auto net = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
             const FusedData data = make_data(c, *net, 77);
             const FusedResult ref = run_reference<double>(*net, data), naive = run_naive(*net, data);
-            OverrideScope scope(overrides[i]);
+            ffm::PlanOverrideScope scope(overrides[i]);
             TestStream stream(Device::gpu(0));
             const FusedResult got = run_gpu(*net, stream, data, c.strided, nullptr);
             expect_close_to_reference(*net, got, ref, naive, c.batch, msg(c.name, " with override ", i));
@@ -421,7 +415,7 @@ void check_wgmma_case(const FusedCase& c, DType dtype, const std::string& what, 
     const FusedResult ref = run_reference<double>(*net, d), naive = run_naive(*net, d);
     FusedResult r[2];
     for (int i = 0; i < 2; ++i) {
-        OverrideScope scope(i == 0 ? wg : plain);
+        ffm::PlanOverrideScope scope(i == 0 ? wg : plain);
         TestStream stream(dev);
         r[i] = run_gpu(*net, stream, d, false, nullptr);
         // The plan the backward launched: the wgmma kernel, or not with the override.
@@ -436,7 +430,7 @@ void check_wgmma_case(const FusedCase& c, DType dtype, const std::string& what, 
     for (const bool with_dx : {true, false}) {
         std::vector<float> values[2], dx[2], grads[2];
         for (int i = 0; i < 2; ++i) {
-            OverrideScope scope(i == 0 ? wg : plain);
+            ffm::PlanOverrideScope scope(i == 0 ? wg : plain);
             TestStream stream(dev);
             const Tensor x = to_device(d.x, dev), p = to_device(d.params, dev), t = to_device(target_host, dev);
             Tensor v(c.batch, c.n_out, DType::f32, dev), g(c.batch, c.n_in, d.x.dtype(), dev);
@@ -692,7 +686,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
                     const FusedData d = make_data(c, *net, 31);
                     const Tensor target_host = host_tensor(draw(size_t(c.batch) * c.n_out, 1.0, false, 37), c.batch,
                                                            c.n_out, DType::f32);
-                    OverrideScope scope(overrides[oi]);
+                    ffm::PlanOverrideScope scope(overrides[oi]);
                     TestStream stream(dev);
                     const Tensor x = to_device(d.x, dev), p = to_device(d.params, dev), target = to_device(target_host, dev);
                     auto tensor = [&](int64_t cols, DType t) {
@@ -766,7 +760,7 @@ TEST(FullyFusedMlpGpuFusedLoss, StridedViewsAndFp32OutputGiveTheSameBits) {
             ffm::PlanOverride o;
             o.fused_target_global = global_target;
             o.dy_global = mode == 2;
-            OverrideScope scope(o);
+            ffm::PlanOverrideScope scope(o);
             TestStream stream(dev);
             const Tensor p = to_device(host_tensor(p32, 1, int64_t(p32.size()), DType::f16), dev);
             // A [rows, cols] slice starting at column `first` of a wider device tensor.
