@@ -62,22 +62,27 @@ Score score(int tier, int warps, int blocks_per_sm) {
     return {-tier, std::min(16, warps * blocks_per_sm), warps};
 }
 
+// Whether plan p is the wgmma kernel's 12-warp block computing dL/dparams, which the planner puts
+// before the lower tier among blocks of as many warps (backward_score) and before two m16 tiles per warp
+// (plan_backward): at 32->64->16 a 12-warp block fits with dW on chip too, which only the mma.sync kernel
+// has, and the wgmma block was faster than both (B = 2^21, fused step 0.717 vs 0.923 ms on chip and
+// 0.844 ms with two tiles; forward + backward 0.836 vs 0.935 with two tiles; H200, run 94 of 2026-12-01,
+// docs/fully_fused_mlp.md round 12). Unmeasured, so left to the tiers: the 8-warp width-128 blocks (one
+// hidden layer keeps dW on chip there) and passes without dL/dparams.
+bool preferred_wgmma(const BackwardPlan& p, bool want_dw) { return p.wgmma && want_dw && p.n_warps == 12; }
+
 // Backward: weights resident, then at least 4 warps per SM, then more resident warps up to 8 (a
-// 12-warp block counts 12), then the lower tier, then more warps up to 16, then bigger blocks.
+// 12-warp block counts 12), then the preferred wgmma block (preferred_wgmma), then the lower tier,
+// then more warps up to 16, then bigger blocks.
 // (Measured on the H200: 4 -> 8 warps per SM beat keeping dW on chip; at 64->64->64 one 12-warp
 // block with dy read in place and dW in the block's global slot beat one 8-warp block with
 // everything on chip, fused training step 1.526 vs 1.777 ms, forward + backward 1.624 vs 1.685 ms
 // (2026-11-30, run 20); other ways past 8 warps per SM are unmeasured, so the lower tier wins there.)
-// Among blocks of as many warps a preferred kernel (`prefer`: the width-64 wgmma block computing dW)
-// comes before the lower tier: at 32->64->16 a 12-warp block fits with dW on chip too, which only the
-// mma.sync kernel has; the wgmma block was faster (fused step 0.717 vs 0.923 ms at B = 2^21, run 94 of
-// 2026-12-01). Unmeasured, so left to the tiers: the 8-warp width-128 blocks (one hidden layer keeps dW
-// on chip there) and passes without dL/dparams.
 using BackwardScore = std::tuple<int, int, int, int, int, int, int>;
-BackwardScore backward_score(bool resident, bool enough, int tier, int warps, int blocks_per_sm, bool prefer) {
-    const int per_sm = warps * blocks_per_sm;
-    return {resident ? 1 : 0, enough ? 1 : 0, warps == 12 ? 12 : std::min(8, per_sm), prefer ? 1 : 0, -tier,
-            std::min(16, per_sm), warps};
+BackwardScore backward_score(const BackwardPlan& p, bool want_dw, bool resident, bool enough, int tier) {
+    const int warps = p.n_warps, per_sm = warps * p.blocks_per_sm;
+    return {resident ? 1 : 0, enough ? 1 : 0, warps == 12 ? 12 : std::min(8, per_sm),
+            preferred_wgmma(p, want_dw) ? 1 : 0, -tier, std::min(16, per_sm), warps};
 }
 
 ForwardPlan layout_forward(const Shape& s, int in_bytes, int out_bytes, int nw, bool resident) {
@@ -241,9 +246,7 @@ std::optional<BackwardPlan> plan_backward_tiles(const Shape& s, int in_bytes, in
                         p.blocks_per_sm = occupancy(d, p.smem_bytes, nw);
                         if (p.blocks_per_sm == 0) continue;
                         const bool enough = nw * p.blocks_per_sm >= 4;
-                        // The wgmma preference as measured: a 12-warp block that computes dW (run 94).
-                        const bool prefer = wgmma && want_dw && nw == 12;
-                        const BackwardScore sc = backward_score(resident, enough, tier, nw, p.blocks_per_sm, prefer);
+                        const BackwardScore sc = backward_score(p, want_dw, resident, enough, tier);
                         if (!found || sc > best_score) best = p, best_score = sc, found = true;
                     }
                 }
@@ -289,11 +292,7 @@ BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activatio
     const auto one = plan_backward_tiles(s, in_bytes, dy_bytes, act, want_dw, d, o, 1);
     if (!one) throw_too_large(s, "backward", d);
     if (!d_mt2 || !has_backward_m_tiles(width, 2)) return *one;
-    // The wgmma kernel (12 warps of one tile, dW in the block's global slot) before two tiles of the
-    // mma.sync kernel: H200, 32->64->16 (the grid + MLP model's network), B = 2^21, fused step 0.717 vs
-    // 0.844 ms, forward + backward 0.836 vs 0.935 (2026-12-01, run 94; docs/fully_fused_mlp.md round 12).
-    // Measured with dL/dparams only; without them the plans stay as before.
-    if (one->wgmma && want_dw) return *one;
+    if (preferred_wgmma(*one, want_dw)) return *one;  // before two tiles (preferred_wgmma)
     // Two m16 tiles per warp halve the weight-fragment loads and the per-layer synchronisation per
     // row; they pay off when the plan keeps the resident warps (up to 8 per SM), the weights and the
     // stash on chip. H200, B = 2^21, fwd+bwd (2026-11-30): 32->64->16 0.898 vs 1.129 ms (dW then in
