@@ -1059,11 +1059,6 @@ __device__ __forceinline__ void flush_slot_totals(const typename SLOTS::Word* wo
         if (value != typename SLOTS::Acc(0)) atomicAdd(out + size_t(i / fs) * F + f0 + i % fs, value);
     }
 }
-template <uint32_t F, typename ACC>
-__device__ __forceinline__ void flush_shared_slots(const ACC* slots, uint32_t n_slots, uint32_t f0, uint32_t fs,
-                                                   ACC* __restrict__ out) {
-    flush_slot_totals<F, OneWordSlots<ACC>>(slots, n_slots, f0, fs, out);
-}
 
 // Shared-memory reduction of small levels, one block's work: block b reduces item
 // items[b / blocks_per_item] over rows [(b % blocks_per_item) * rows_per_block, +rows_per_block) into
@@ -1214,7 +1209,7 @@ __global__ void __launch_bounds__(kThreads)
         shared_item_rows<T, D, F>(a, L, level, begin, end, rows, x, x_stride, g, g_layout,
                                   SharedSink<float>{slots, f0, fs, 0});
         __syncthreads();
-        flush_shared_slots<F>(slots, n_slots, f0, fs, out);
+        flush_slot_totals<F, OneWordSlots<float>>(slots, n_slots, f0, fs, out);
         return;
     }
     int e = 0;
