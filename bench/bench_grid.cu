@@ -550,17 +550,21 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
         // the unfused step is timed too, for the difference.
         // "train_step_mlp_two_tiles": the default step with the network's backward on the plan the
         // planner took before the eighteenth session (8 warps of two m16 tiles, mma.sync kernel) instead
-        // of the wgmma block (12 warps of one tile).
+        // of the wgmma block (12 warps of one tile). "train_step_scalar_dx": the network's dL/dinput
+        // (the grid's dL/dy) stored one value at a time, as before the nineteenth session's pair stores.
+        ffm::PlanOverride two_tiles, scalar_dx;
+        two_tiles.backward_m_tiles = 2;
+        scalar_dx.scalar_dx = true;
         struct Variant {
             bool det, fused;
             const char* pass;
-            int mlp_m_tiles = 0;
+            ffm::PlanOverride mlp_plan = {};
         };
         for (const Variant& v : {Variant{false, true, "train_step"}, Variant{false, false, "train_step_unfused"},
-                                 Variant{true, true, "train_step_det"}, Variant{false, true, "train_step_mlp_two_tiles", 2}}) {
-            ffm::PlanOverride mlp_plan;
-            mlp_plan.backward_m_tiles = v.mlp_m_tiles;
-            const ffm::PlanOverrideScope scope(mlp_plan);
+                                 Variant{true, true, "train_step_det"}, Variant{false, true, "train_step_mlp_two_tiles", two_tiles},
+                                 Variant{false, true, "train_step_scalar_dx", scalar_dx}}) {
+            const bool default_plan = !v.mlp_plan.backward_m_tiles && !v.mlp_plan.scalar_dx;
+            const ffm::PlanOverrideScope scope(v.mlp_plan);
             const bool det = v.det;
             json c = config;
             c["encoding"]["deterministic"] = det;
@@ -585,7 +589,7 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
             record(v.pass, ms,
                    std::string("Trainer::step: forward + L2 + backward + Adam, replayed from the trainer's graph") +
                        (trainer.fused_loss() ? " (network forward, loss and backward fused)" : " (unfused)"));
-            if (!det && v.fused && !v.mlp_m_tiles)
+            if (!det && v.fused && default_plan)
                 record("inference",
                        time_calls(s, o, [&] { trainer.model().inference(s, x.view(), y.view(), trainer.params()); }),
                        "model inference");

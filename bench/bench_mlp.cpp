@@ -124,6 +124,9 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
     Tensor dy = upload(uniform(size_t(batch) * sh.n_out, -1.0f, 1.0f, 3), batch, sh.n_out, DType::f16, dev);
     Tensor y(batch, sh.n_out, DType::f16, dev), grads(1, static_cast<int64_t>(net->n_params()), DType::f16, dev);
     Tensor values(batch, sh.n_out, DType::f32, dev), dloss(batch, sh.n_out, DType::f16, dev);
+    // A 16-bit input and its gradient: an encoding's output and dL/dencoding (the grid + MLP step).
+    Tensor x16 = upload(uniform(size_t(batch) * sh.n_in, 0.0f, 1.0f, 1), batch, sh.n_in, DType::f16, dev);
+    Tensor dx16(batch, sh.n_in, DType::f16, dev);
     fill(s, grads.view(), 0.0);  // the Adam probe below steps with it
 
     // Whether this build has GPU kernels for the L2 loss and Adam (probed once, outside any capture).
@@ -165,17 +168,17 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
         json variant = {{"forward_warps", ov.forward_warps}, {"backward_warps", ov.backward_warps},
                         {"generic", ov.generic_kernels}, {"backward_m_tiles", ov.backward_m_tiles},
                         {"dy_global", ov.dy_global},            {"fused_target_global", ov.fused_target_global},
-                        {"no_wgmma", ov.no_wgmma}};
+                        {"no_wgmma", ov.no_wgmma},              {"scalar_dx", ov.scalar_dx}};
         auto record = [&](const char* pass, const std::vector<double>& ms, const std::string& what) {
             results.push_back({{"label", label},       {"pass", pass},         {"n_in", sh.n_in},
                                {"width", sh.width},    {"n_out", sh.n_out},    {"hidden", sh.hidden},
                                {"batch", batch},       {"ms", median(ms)},     {"ms_rounds", ms},
                                {"variant", variant},   {"what", what}});
-            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s%s%s%s%s  %9.4f ms  (%s)\n", label.c_str(), pass,
+            std::printf("%-28s %-10s b=%-8lld fw=%d bw=%d%s%s%s%s%s%s  %9.4f ms  (%s)\n", label.c_str(), pass,
                         static_cast<long long>(batch), ov.forward_warps, ov.backward_warps,
                         ov.generic_kernels ? " generic" : "", ov.backward_m_tiles ? (ov.backward_m_tiles == 2 ? " bwd-mt2" : " bwd-mt1") : "",
                         ov.dy_global ? " dy-global" : "", ov.fused_target_global ? " target-global" : "",
-                        ov.no_wgmma ? " mma-sync" : "", median(ms), what.c_str());
+                        ov.no_wgmma ? " mma-sync" : "", ov.scalar_dx ? " scalar-dx" : "", median(ms), what.c_str());
             std::fflush(stdout);
         };
         // After a row that stepped Adam: whether the weights stayed finite, in the row and on screen.
@@ -227,6 +230,13 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
                                                         nullptr, grads.data(), params.data());
                            }),
                            "fused forward+L2+backward kernel (compare fwd_bwd)");
+                if (want("fused_loss_bwd_dx"))
+                    record("fused_loss_bwd_dx", time_calls(s, o, [&] {
+                               View gx = dx16.view();
+                               ffm::fused_loss_backward(*net, s, x16.view(), target.view(), kind, 128.0f, values.view(),
+                                                        &gx, grads.data(), params.data());
+                           }),
+                           "fused_loss_bwd with a 16-bit input and dL/dinput (an encoding's output and gradient)");
             }
             if (want("fwd_bwd"))
                 record("fwd_bwd", time_calls(s, o, [&] {
@@ -289,7 +299,10 @@ int main(int argc, char** argv) {
         ffm::PlanOverride two_tiles, twelve_mma_sync;
         two_tiles.backward_m_tiles = 2;
         twelve_mma_sync.backward_m_tiles = 1, twelve_mma_sync.no_wgmma = true;
-        bench_shape({32, 64, 16, 2}, big, "plans 32->64->16", o, s, results, {two_tiles, twelve_mma_sync});
+        // And dL/dinput stored one value at a time (before the pair stores of the nineteenth session).
+        ffm::PlanOverride scalar_dx;
+        scalar_dx.scalar_dx = true;
+        bench_shape({32, 64, 16, 2}, big, "plans 32->64->16", o, s, results, {two_tiles, twelve_mma_sync, scalar_dx});
         // One hidden layer (e.g. a NeRF density network after a grid): the planner's choice is the
         // same wgmma block, measured above with two hidden layers only (not yet at one).
         bench_shape({32, 64, 16, 1}, big, "plans 32->64->16 h1", o, s, results,

@@ -47,6 +47,8 @@ def floors(r):
     bwd_flops = fwd + (fwd - f0)
     if p in ("train_fused", "fused_loss_bwd"):  # one kernel: reads the input and the fp32 target, writes the fp32 loss values
         return b * (n_in * 4 + n_out * 4 + n_out * 4), fwd + bwd_flops
+    if p == "fused_loss_bwd_dx":  # the same with a 16-bit input, and dL/dinput (16-bit: the first layer's chain too)
+        return b * (n_in * 2 + n_out * 4 + n_out * 4 + n_in * 2), fwd + bwd_flops + f0
     io = io_fwd + b * (n_in * 4 + n_out * 2)
     if p == "train" and "L2" in r.get("what", ""):
         io += b * n_out * (2 + 4 + 2)  # the loss reads y and the fp32 target, writes dL/dy
@@ -80,7 +82,7 @@ def main(out_dir):
         auto = (r["variant"]["forward_warps"] == 0 and r["variant"]["backward_warps"] == 0
                 and not r["variant"].get("generic", False) and not r["variant"].get("backward_m_tiles", 0)
                 and not r["variant"].get("dy_global", False) and not r["variant"].get("fused_target_global", False)
-                and not r["variant"].get("no_wgmma", False))
+                and not r["variant"].get("no_wgmma", False) and not r["variant"].get("scalar_dx", False))
         io, flops = floors(r)
         floor_ms = max(io / COPY_BW, flops / FP16_PEAK) * 1e3
         row = {"label": r["label"], "pass": r["pass"], "batch": r["batch"], "what": r["what"], "ms": r["ms"],
@@ -172,6 +174,8 @@ def main(out_dir):
             kernels += ", fused step's target from global memory"
         if v["variant"].get("no_wgmma"):
             kernels += ", mma.sync backward (no wgmma)"
+        if v["variant"].get("scalar_dx"):
+            kernels += ", dL/dinput one value per store"
         lines.append(f"| {v['label']} | {v['pass']} | {v['variant']['forward_warps'] or 'auto'} | "
                      f"{v['variant']['backward_warps'] or 'auto'} | {kernels} | {fmt(v['ms'])} | "
                      f"{v['fraction_of_floor']:.0%} |")

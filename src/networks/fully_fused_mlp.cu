@@ -222,6 +222,8 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     if (dL_dinput) {
         a.dx = dL_dinput->data;
         a.dx_stride = dL_dinput->stride;
+        const int b = a.in_f32 ? 4 : 2;
+        a.dx_vec2 = !o.scalar_dx && reinterpret_cast<uintptr_t>(a.dx) % (2 * b) == 0 && (a.dx_stride * b) % (2 * b) == 0;
     }
     const int64_t n_params = a.shape.n_params();
     const int sm_count = gpu::device_properties(device).sm_count;

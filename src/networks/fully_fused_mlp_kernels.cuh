@@ -1292,6 +1292,51 @@ __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out
     }
 }
 
+// Chunk c (16 columns) of dL/dx from the C fragments of rows row0 .. row0 + valid, in the input dtype
+// (fp32, else T): the two adjacent columns a lane holds in each fragment row leave as one 8- or 4-byte
+// store where the rows are aligned for it (KernelArgs::dx_vec2) and both columns are inside n_in, else
+// one value at a time. Each value is rounded by from_acc either way, so the bits do not depend on the
+// form. Half as many store instructions as one value each; the pair stores of a lane and its 3
+// neighbours cover 32 (fp32) or 16 (16-bit) contiguous bytes of a row.
+template <typename T, int MT>
+__device__ __forceinline__ void store_dx_chunk(const KernelArgs& args, const float (&acc)[MT][2][4], int c, int64_t row0,
+                                               int valid, int n_in, int lane) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                // Elements 2h and 2h + 1 of the fragment: one row, columns col and col + 1.
+                const mma::Coord rc = mma::c_frag_coord(lane, 2 * h);
+                const int row = 16 * m + rc.row, col = 16 * c + 8 * j + rc.col;
+                if (row >= valid || col >= n_in) continue;
+                const int64_t o = (row0 + row) * args.dx_stride + col;
+                const bool both = col + 1 < n_in, pair = both && args.dx_vec2;
+                const float lo = acc[m][j][2 * h], hi = acc[m][j][2 * h + 1];
+                if (args.in_f32) {
+                    float* d = static_cast<float*>(args.dx) + o;
+                    if (pair) {
+                        *reinterpret_cast<float2*>(d) = make_float2(lo, hi);
+                    } else {
+                        d[0] = lo;
+                        if (both) d[1] = hi;
+                    }
+                } else {
+                    T* d = static_cast<T*>(args.dx) + o;
+                    const T v[2] = {gpu::from_acc<T>(lo), gpu::from_acc<T>(hi)};
+                    if (pair) {
+                        uint32_t u;
+                        memcpy(&u, v, sizeof(u));
+                        *reinterpret_cast<uint32_t*>(d) = u;
+                    } else {
+                        d[0] = v[0];
+                        if (both) d[1] = v[1];
+                    }
+                }
+            }
+}
+
 // WG: the wgmma flavour (wgmma_backward_shape; W = 64 or 128, RELU, MT = 1, launched with
 // wgmma_backward_warps(W) warps).
 template <typename T, int W, bool RELU, int MT, bool WG = false>
@@ -1768,20 +1813,7 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
                 for (int c = 0; c < s.pin / 16; ++c) {
                     float acc[MT][2][4];
                     chain_chunk(c, acc);
-#pragma unroll
-                    for (int m = 0; m < MT; ++m)
-#pragma unroll
-                        for (int j = 0; j < 2; ++j)
-#pragma unroll
-                            for (int i = 0; i < 4; ++i) {
-                                const mma::Coord rc = mma::c_frag_coord(lane, i);
-                                const int row = 16 * m + rc.row, col = 16 * c + 8 * j + rc.col;
-                                if (row < valid && col < s.n_in) {
-                                    const int64_t o = (row0 + row) * args.dx_stride + col;
-                                    if (args.in_f32) static_cast<float*>(args.dx)[o] = acc[m][j][i];
-                                    else static_cast<T*>(args.dx)[o] = gpu::from_acc<T>(acc[m][j][i]);
-                                }
-                            }
+                    store_dx_chunk<T, MT>(args, acc, c, row0, valid, s.n_in, lane);
                 }
             }
         }
