@@ -550,11 +550,12 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
         // the unfused step is timed too, for the difference.
         // "train_step_mlp_two_tiles": the default step with the network's backward on the plan the
         // planner took before the eighteenth session (8 warps of two m16 tiles, mma.sync kernel) instead
-        // of the wgmma block (12 warps of one tile). "train_step_scalar_dx": the network's dL/dinput
-        // (the grid's dL/dy) stored one value at a time, as before the nineteenth session's pair stores.
-        ffm::PlanOverride two_tiles, scalar_dx;
+        // of the wgmma block (12 warps of one tile). "train_step_dx_one_value" / "_dx_pairs": the
+        // network's dL/dinput (the grid's dL/dy) stored one value per store, as before the nineteenth
+        // session, or two, instead of four (KernelArgs::dx_vec).
+        ffm::PlanOverride two_tiles, dx_one, dx_pairs;
         two_tiles.backward_m_tiles = 2;
-        scalar_dx.scalar_dx = true;
+        dx_one.dx_values = 1, dx_pairs.dx_values = 2;
         struct Variant {
             bool det, fused;
             const char* pass;
@@ -562,8 +563,9 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
         };
         for (const Variant& v : {Variant{false, true, "train_step"}, Variant{false, false, "train_step_unfused"},
                                  Variant{true, true, "train_step_det"}, Variant{false, true, "train_step_mlp_two_tiles", two_tiles},
-                                 Variant{false, true, "train_step_scalar_dx", scalar_dx}}) {
-            const bool default_plan = !v.mlp_plan.backward_m_tiles && !v.mlp_plan.scalar_dx;
+                                 Variant{false, true, "train_step_dx_one_value", dx_one},
+                                 Variant{false, true, "train_step_dx_pairs", dx_pairs}}) {
+            const bool default_plan = !v.mlp_plan.backward_m_tiles && !v.mlp_plan.dx_values;
             const ffm::PlanOverrideScope scope(v.mlp_plan);
             const bool det = v.det;
             json c = config;

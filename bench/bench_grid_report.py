@@ -298,7 +298,7 @@ def main(out_dir):
             md.append(f"| error | 2^{int(math.log2(m['batch']))} | {m['error']} | | | | | | | | |")
             continue
         log2 = int(math.log2(m["batch"]))
-        tc, jit = TCNN_MODEL.get((m["pass"].replace("_det", "").replace("_unfused", "").replace("_mlp_two_tiles", "").replace("_scalar_dx", ""), log2), (None, None))
+        tc, jit = TCNN_MODEL.get((m["pass"].replace("_det", "").replace("_unfused", "").replace("_mlp_two_tiles", "").replace("_dx_one_value", "").replace("_dx_pairs", ""), log2), (None, None))
         sp = jit / m["ms"] if jit else None
         target = ""
         if m["pass"] == "train_step" and log2 == 20:

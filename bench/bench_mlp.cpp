@@ -168,7 +168,7 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
         json variant = {{"forward_warps", ov.forward_warps}, {"backward_warps", ov.backward_warps},
                         {"generic", ov.generic_kernels}, {"backward_m_tiles", ov.backward_m_tiles},
                         {"dy_global", ov.dy_global},            {"fused_target_global", ov.fused_target_global},
-                        {"no_wgmma", ov.no_wgmma},              {"scalar_dx", ov.scalar_dx}};
+                        {"no_wgmma", ov.no_wgmma},              {"dx_values", ov.dx_values}};
         auto record = [&](const char* pass, const std::vector<double>& ms, const std::string& what) {
             results.push_back({{"label", label},       {"pass", pass},         {"n_in", sh.n_in},
                                {"width", sh.width},    {"n_out", sh.n_out},    {"hidden", sh.hidden},
@@ -178,7 +178,7 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
                         static_cast<long long>(batch), ov.forward_warps, ov.backward_warps,
                         ov.generic_kernels ? " generic" : "", ov.backward_m_tiles ? (ov.backward_m_tiles == 2 ? " bwd-mt2" : " bwd-mt1") : "",
                         ov.dy_global ? " dy-global" : "", ov.fused_target_global ? " target-global" : "",
-                        ov.no_wgmma ? " mma-sync" : "", ov.scalar_dx ? " scalar-dx" : "", median(ms), what.c_str());
+                        ov.no_wgmma ? " mma-sync" : "", ov.dx_values == 1 ? " dx-one-value" : ov.dx_values == 2 ? " dx-pairs" : "", median(ms), what.c_str());
             std::fflush(stdout);
         };
         // After a row that stepped Adam: whether the weights stayed finite, in the row and on screen.
@@ -299,10 +299,12 @@ int main(int argc, char** argv) {
         ffm::PlanOverride two_tiles, twelve_mma_sync;
         two_tiles.backward_m_tiles = 2;
         twelve_mma_sync.backward_m_tiles = 1, twelve_mma_sync.no_wgmma = true;
-        // And dL/dinput stored one value at a time (before the pair stores of the nineteenth session).
-        ffm::PlanOverride scalar_dx;
-        scalar_dx.scalar_dx = true;
-        bench_shape({32, 64, 16, 2}, big, "plans 32->64->16", o, s, results, {two_tiles, twelve_mma_sync, scalar_dx});
+        // And dL/dinput (fused_loss_bwd_dx: 16-bit, 4 values per store by default since the nineteenth
+        // session) stored one value per store, as before, or two.
+        ffm::PlanOverride dx_one, dx_pairs;
+        dx_one.dx_values = 1, dx_pairs.dx_values = 2;
+        bench_shape({32, 64, 16, 2}, big, "plans 32->64->16", o, s, results,
+                    {two_tiles, twelve_mma_sync, dx_one, dx_pairs});
         // One hidden layer (e.g. a NeRF density network after a grid): the planner's choice is the
         // same wgmma block, measured above with two hidden layers only (not yet at one).
         bench_shape({32, 64, 16, 1}, big, "plans 32->64->16 h1", o, s, results,

@@ -82,7 +82,7 @@ def main(out_dir):
         auto = (r["variant"]["forward_warps"] == 0 and r["variant"]["backward_warps"] == 0
                 and not r["variant"].get("generic", False) and not r["variant"].get("backward_m_tiles", 0)
                 and not r["variant"].get("dy_global", False) and not r["variant"].get("fused_target_global", False)
-                and not r["variant"].get("no_wgmma", False) and not r["variant"].get("scalar_dx", False))
+                and not r["variant"].get("no_wgmma", False) and not r["variant"].get("dx_values", 0))
         io, flops = floors(r)
         floor_ms = max(io / COPY_BW, flops / FP16_PEAK) * 1e3
         row = {"label": r["label"], "pass": r["pass"], "batch": r["batch"], "what": r["what"], "ms": r["ms"],
@@ -174,8 +174,8 @@ def main(out_dir):
             kernels += ", fused step's target from global memory"
         if v["variant"].get("no_wgmma"):
             kernels += ", mma.sync backward (no wgmma)"
-        if v["variant"].get("scalar_dx"):
-            kernels += ", dL/dinput one value per store"
+        if v["variant"].get("dx_values"):
+            kernels += f", dL/dinput {v['variant']['dx_values']} value(s) per store"
         lines.append(f"| {v['label']} | {v['pass']} | {v['variant']['forward_warps'] or 'auto'} | "
                      f"{v['variant']['backward_warps'] or 'auto'} | {kernels} | {fmt(v['ms'])} | "
                      f"{v['fraction_of_floor']:.0%} |")

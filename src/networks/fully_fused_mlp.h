@@ -279,7 +279,7 @@ struct PlanOverride {
     bool dy_global = false;  // the backward reads dL/doutput (and the fused step its target) in place in
                              // the output layer: no dy rows in shared memory (backward_reads_dy_in_place)
     bool no_wgmma = false;   // never the wgmma backward kernel (the mma.sync one instead)
-    bool scalar_dx = false;  // dL/dinput stored one value at a time (KernelArgs::dx_vec2 off)
+    int dx_values = 0;       // values per dL/dinput store at most (1 or 2; 0: what the rows allow, KernelArgs::dx_vec)
 };
 void set_plan_override(const PlanOverride& o);
 PlanOverride plan_override();
@@ -324,7 +324,7 @@ struct KernelArgs {
     bool dy_vec2 = false;          // dy rows (BackwardPlan::dy_in_smem false: read in place) aligned for pair loads
     void* dx = nullptr;            // dL/dinput (optional), dtype of the input
     int64_t dx_stride = 0;
-    bool dx_vec2 = false;          // dx rows aligned for pair stores (two adjacent values in one store)
+    int dx_vec = 1;                // values per dx store: 4 (16-bit, rows 8-byte aligned), 2 (rows aligned for pairs) or 1
     float* dw_partials = nullptr;  // [gridDim.x][n_params] fp32, fragment order (Shape::fragment_index)
     void* grads = nullptr;         // gridDim.x == 1: dL/dparams (network dtype) written by the kernel itself
                                    // (not the wgmma kernel's plans: they take the partials and the reduction)

@@ -1293,14 +1293,52 @@ __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out
 }
 
 // Chunk c (16 columns) of dL/dx from the C fragments of rows row0 .. row0 + valid, in the input dtype
-// (fp32, else T): the two adjacent columns a lane holds in each fragment row leave as one 8- or 4-byte
-// store where the rows are aligned for it (KernelArgs::dx_vec2) and both columns are inside n_in, else
-// one value at a time. Each value is rounded by from_acc either way, so the bits do not depend on the
-// form. Half as many store instructions as one value each; the pair stores of a lane and its 3
-// neighbours cover 32 (fp32) or 16 (16-bit) contiguous bytes of a row.
+// (fp32, else T), each value rounded by from_acc, so the bits do not depend on how they are stored:
+// - KernelArgs::dx_vec 4 (16-bit input): the 4 lanes of a quad hold a fragment row's 16 columns as two
+//   pairs each (columns 2q, 2q + 1 and 8 + 2q, 9 + 2q); four shuffles give lane q columns 4q .. 4q + 3,
+//   stored as 8 bytes: the quad writes the row's 32 bytes with one instruction;
+// - dx_vec 2: a lane's two adjacent columns in one 4- or 8-byte store (fp32: a quad's stores cover 32
+//   contiguous bytes);
+// - else, and where a store would reach past n_in, one value per store.
+template <typename T> __device__ __forceinline__ uint32_t pack_bits(T lo, T hi) {
+    uint16_t a, b;
+    memcpy(&a, &lo, sizeof(a));
+    memcpy(&b, &hi, sizeof(b));
+    return uint32_t(a) | (uint32_t(b) << 16);
+}
 template <typename T, int MT>
 __device__ __forceinline__ void store_dx_chunk(const KernelArgs& args, const float (&acc)[MT][2][4], int c, int64_t row0,
                                                int valid, int n_in, int lane) {
+    if (!args.in_f32 && args.dx_vec == 4) {
+        const int q = lane & 3, src = (lane & ~3) | (2 * (q & 1));
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                uint32_t w[2];  // columns 8j + 2q, 8j + 2q + 1 of the row, packed
+#pragma unroll
+                for (int j = 0; j < 2; ++j)
+                    w[j] = pack_bits(gpu::from_acc<T>(acc[m][j][2 * h]), gpu::from_acc<T>(acc[m][j][2 * h + 1]));
+                // Lane q takes pairs 2q and 2q + 1: lanes 2(q & 1) and 2(q & 1) + 1 of its quad, word q >> 1.
+                const uint32_t a0 = __shfl_sync(0xffffffffu, w[0], src), a1 = __shfl_sync(0xffffffffu, w[1], src);
+                const uint32_t b0 = __shfl_sync(0xffffffffu, w[0], src + 1), b1 = __shfl_sync(0xffffffffu, w[1], src + 1);
+                const uint2 out = q >> 1 ? make_uint2(a1, b1) : make_uint2(a0, b0);
+                const int row = 16 * m + mma::c_frag_coord(lane, 2 * h).row, col = 16 * c + 4 * q;
+                if (row >= valid || col >= n_in) continue;
+                T* d = static_cast<T*>(args.dx) + (row0 + row) * args.dx_stride + col;
+                if (col + 3 < n_in) {
+                    *reinterpret_cast<uint2*>(d) = out;
+                } else {  // the columns inside n_in, one per store (value i: 16 bits of word i / 2)
+#pragma unroll
+                    for (int i = 0; i < 3; ++i)
+                        if (col + i < n_in) {
+                            const auto bits = static_cast<uint16_t>((i < 2 ? out.x : out.y) >> (16 * (i & 1)));
+                            memcpy(d + i, &bits, sizeof(bits));
+                        }
+                }
+            }
+        return;
+    }
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -1312,8 +1350,8 @@ __device__ __forceinline__ void store_dx_chunk(const KernelArgs& args, const flo
                 const int row = 16 * m + rc.row, col = 16 * c + 8 * j + rc.col;
                 if (row >= valid || col >= n_in) continue;
                 const int64_t o = (row0 + row) * args.dx_stride + col;
-                const bool both = col + 1 < n_in, pair = both && args.dx_vec2;
                 const float lo = acc[m][j][2 * h], hi = acc[m][j][2 * h + 1];
+                const bool both = col + 1 < n_in, pair = both && args.dx_vec >= 2;
                 if (args.in_f32) {
                     float* d = static_cast<float*>(args.dx) + o;
                     if (pair) {
@@ -1324,14 +1362,12 @@ __device__ __forceinline__ void store_dx_chunk(const KernelArgs& args, const flo
                     }
                 } else {
                     T* d = static_cast<T*>(args.dx) + o;
-                    const T v[2] = {gpu::from_acc<T>(lo), gpu::from_acc<T>(hi)};
+                    const T t0 = gpu::from_acc<T>(lo), t1 = gpu::from_acc<T>(hi);
                     if (pair) {
-                        uint32_t u;
-                        memcpy(&u, v, sizeof(u));
-                        *reinterpret_cast<uint32_t*>(d) = u;
+                        *reinterpret_cast<uint32_t*>(d) = pack_bits(t0, t1);
                     } else {
-                        d[0] = v[0];
-                        if (both) d[1] = v[1];
+                        d[0] = t0;
+                        if (both) d[1] = t1;
                     }
                 }
             }

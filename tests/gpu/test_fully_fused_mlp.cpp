@@ -515,18 +515,20 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardAtWidth128MatchesTheReferenceAndTheMmaS
 }
 #endif  // TNN_WITH_CUDA
 
-// dL/dinput leaves the backward kernels in pair stores (two adjacent columns per store) where its rows
-// are aligned for them (KernelArgs::dx_vec2), else one value per store (PlanOverride::scalar_dx forces
-// that): the same values bit for bit, and nothing written outside the view (run_gpu's sentinels).
-// fp32 and 16-bit inputs, even and odd input widths, contiguous rows of odd pitch (no pairs), strided
-// rows whose last pair has one column inside the view, tails, one and two m16 tiles per warp, the
-// 12-warp mma.sync block and (where the device has it) the wgmma kernel; the fused training step too.
-TEST(FullyFusedMlpGpuPlans, InputGradientPairStoresGiveTheBitsOfOneValuePerStore) {
+// dL/dinput leaves the backward kernels in stores of 4 values (16-bit input: a quad's shuffled pairs),
+// 2 (a lane's adjacent columns) or 1, the widest its rows are aligned for (KernelArgs::dx_vec;
+// PlanOverride::dx_values caps it): the same values bit for bit with every cap, and nothing written
+// outside the view (run_gpu's sentinels). fp32 and 16-bit inputs, even and odd input widths, contiguous
+// rows of odd pitch (one value per store), strided rows whose last store has columns past the view,
+// tails, one and two m16 tiles per warp, the 12-warp mma.sync block and (where the device has it) the
+// wgmma kernel; the fused training step too.
+TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
     TNN_SKIP_WITHOUT_GPU();
     const Device dev = Device::gpu(0);
     std::vector<ffm::PlanOverride> plans(3);
     plans[1].backward_m_tiles = 2;
     plans[2].backward_warps = 12, plans[2].backward_m_tiles = 1, plans[2].no_wgmma = true;
+    constexpr int kCaps[] = {0, 2, 1};  // dx_values: the widest the rows allow, pairs, one value
     for (const char* name : {"w64_32to16_batch65537", "w64_tail20_batch4116", "w128_32to16_batch1000",
                              "w64_64to64_batch4099", "strided_views_w64", "strided_16bit_w16",
                              "odd_16bit_input_3to5_w32", "w16_32to16_batch1000"})
@@ -539,24 +541,27 @@ TEST(FullyFusedMlpGpuPlans, InputGradientPairStoresGiveTheBitsOfOneValuePerStore
                     const std::string what = msg(c.name, input16 ? " 16-bit input " : " ", dtype_name(dtype), " plan ", k);
                     const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
                     const FusedData d = make_data(c, *net, 91);
-                    FusedResult r[2];
-                    for (int i = 0; i < 2; ++i) {
+                    FusedResult r[3];
+                    for (int i = 0; i < 3; ++i) {
                         ffm::PlanOverride o = plans[k];
-                        o.scalar_dx = i == 1;
+                        o.dx_values = kCaps[i];
                         ffm::PlanOverrideScope scope(o);
                         TestStream stream(dev);
                         r[i] = run_gpu(*net, stream, d, c.strided, nullptr);
                     }
-                    expect_same_bits(to_floats(r[0].dL_dinput), to_floats(r[1].dL_dinput), what + " dL/dinput");
-                    expect_same_bits(to_floats(r[0].dL_dparams), to_floats(r[1].dL_dparams), what + " dL/dparams");
+                    for (int i = 1; i < 3; ++i) {
+                        const std::string how = msg(what, " at most ", kCaps[i], " per store");
+                        expect_same_bits(to_floats(r[0].dL_dinput), to_floats(r[i].dL_dinput), how + " dL/dinput");
+                        expect_same_bits(to_floats(r[0].dL_dparams), to_floats(r[i].dL_dparams), how + " dL/dparams");
+                    }
                     if (!ffm::can_fuse_loss(*net, dev, LossKind::l2)) continue;
-                    // The fused step (contiguous tensors) with dL/dinput, both store forms.
+                    // The fused step (contiguous tensors) with dL/dinput, every cap.
                     const Tensor target_host =
                         host_tensor(draw(size_t(c.batch) * c.n_out, 1.0, false, 92), c.batch, c.n_out, DType::f32);
-                    std::vector<float> dx[2], grads[2];
-                    for (int i = 0; i < 2; ++i) {
+                    std::vector<float> dx[3], grads[3];
+                    for (int i = 0; i < 3; ++i) {
                         ffm::PlanOverride o = plans[k];
-                        o.scalar_dx = i == 1;
+                        o.dx_values = kCaps[i];
                         ffm::PlanOverrideScope scope(o);
                         TestStream stream(dev);
                         const Tensor x = to_device(d.x, dev), p = to_device(d.params, dev), t = to_device(target_host, dev);
@@ -570,8 +575,11 @@ TEST(FullyFusedMlpGpuPlans, InputGradientPairStoresGiveTheBitsOfOneValuePerStore
                         dx[i] = to_floats(g.to(Device::cpu(), stream));
                         grads[i] = to_floats(gp.to(Device::cpu(), stream));
                     }
-                    expect_same_bits(dx[0], dx[1], what + " fused step dL/dinput");
-                    expect_same_bits(grads[0], grads[1], what + " fused step dL/dparams");
+                    for (int i = 1; i < 3; ++i) {
+                        const std::string how = msg(what, " fused step at most ", kCaps[i], " per store");
+                        expect_same_bits(dx[0], dx[i], how + " dL/dinput");
+                        expect_same_bits(grads[0], grads[i], how + " dL/dparams");
+                    }
                 }
 }
 
