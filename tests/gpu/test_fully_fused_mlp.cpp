@@ -521,7 +521,9 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardAtWidth128MatchesTheReferenceAndTheMmaS
 // outside the view (run_gpu's sentinels). fp32 and 16-bit inputs, even and odd input widths, contiguous
 // rows of odd pitch (one value per store), strided rows whose last store has columns past the view,
 // tails, one and two m16 tiles per warp, the 12-warp mma.sync block and (where the device has it) the
-// wgmma kernel; the fused training step too.
+// wgmma kernel; the fused training step too, with dL/dinput rows padded to a multiple of 4 plus 4 (so
+// that 16-bit rows take 4-value stores, a last group of 1, 2 or 3 columns at input widths 5, 6, 3 and
+// 7, and the padding must keep its sentinels).
 TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
     TNN_SKIP_WITHOUT_GPU();
     const Device dev = Device::gpu(0);
@@ -529,13 +531,23 @@ TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
     plans[1].backward_m_tiles = 2;
     plans[2].backward_warps = 12, plans[2].backward_m_tiles = 1, plans[2].no_wgmma = true;
     constexpr int kCaps[] = {0, 2, 1};  // dx_values: the widest the rows allow, pairs, one value
+    std::vector<FusedCase> cases;
     for (const char* name : {"w64_32to16_batch65537", "w64_tail20_batch4116", "w128_32to16_batch1000",
                              "w64_64to64_batch4099", "strided_views_w64", "strided_16bit_w16",
                              "odd_16bit_input_3to5_w32", "w16_32to16_batch1000"})
+        cases.push_back(case_named(name));
+    for (const uint32_t n_in : {5u, 6u, 7u}) {  // 3 -> 5 with other input widths (ReLU / None: fused step)
+        FusedCase c = case_named("odd_16bit_input_3to5_w32");
+        c.n_in = n_in;
+        c.name = msg("16bit_input_", n_in, "to5_w32");
+        cases.push_back(c);
+    }
+    for (const FusedCase& base : cases)
         for (const bool input16 : {false, true})
             for (const DType dtype : {DType::f16, DType::bf16})
                 for (size_t k = 0; k < plans.size(); ++k) {
-                    FusedCase c = case_named(name);
+                    FusedCase c = base;
+                    if (c.input_in_network_dtype && !input16) continue;  // the same runs as with input16
                     c.input_in_network_dtype = c.input_in_network_dtype || input16;
                     if (!override_has_kernel(c, plans[k])) continue;
                     const std::string what = msg(c.name, input16 ? " 16-bit input " : " ", dtype_name(dtype), " plan ", k);
@@ -555,9 +567,10 @@ TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
                         expect_same_bits(to_floats(r[0].dL_dparams), to_floats(r[i].dL_dparams), how + " dL/dparams");
                     }
                     if (!ffm::can_fuse_loss(*net, dev, LossKind::l2)) continue;
-                    // The fused step (contiguous tensors) with dL/dinput, every cap.
+                    // The fused step with dL/dinput in rows padded to a multiple of 4 columns plus 4, every cap.
                     const Tensor target_host =
                         host_tensor(draw(size_t(c.batch) * c.n_out, 1.0, false, 92), c.batch, c.n_out, DType::f32);
+                    const int64_t pitch = (c.n_in + 3) / 4 * 4 + 4;
                     std::vector<float> dx[3], grads[3];
                     for (int i = 0; i < 3; ++i) {
                         ffm::PlanOverride o = plans[k];
@@ -565,16 +578,22 @@ TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
                         ffm::PlanOverrideScope scope(o);
                         TestStream stream(dev);
                         const Tensor x = to_device(d.x, dev), p = to_device(d.params, dev), t = to_device(target_host, dev);
-                        Tensor v(c.batch, c.n_out, DType::f32, dev), g(c.batch, c.n_in, d.x.dtype(), dev);
+                        Tensor v(c.batch, c.n_out, DType::f32, dev), g(c.batch, pitch, d.x.dtype(), dev);
                         Tensor gp(1, int64_t(net->n_params()), dtype, dev);
-                        fill(stream, g.view(), 7.0);
-                        View gv = g.view();
+                        fill(stream, g.view(), kSentinel);
+                        View gv = g.view().cols_slice(0, c.n_in);
                         ffm::fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(), &gv,
                                                  gp.data(), p.data());
                         stream.stream().synchronize();
                         dx[i] = to_floats(g.to(Device::cpu(), stream));
                         grads[i] = to_floats(gp.to(Device::cpu(), stream));
                     }
+                    for (size_t e = 0; e < dx[0].size(); ++e)
+                        if (int64_t(e % pitch) >= c.n_in && dx[0][e] != kSentinel) {
+                            ADD_FAILURE() << what << " fused step: dL/dinput written past the view at row " << e / pitch
+                                          << ", column " << e % pitch;
+                            break;
+                        }
                     for (int i = 1; i < 3; ++i) {
                         const std::string how = msg(what, " fused step at most ", kCaps[i], " per store");
                         expect_same_bits(dx[0], dx[i], how + " dL/dinput");
