@@ -34,12 +34,6 @@ int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes) 
     return 2;
 }
 
-int dx_store_values(const void* dx, int64_t stride, bool f32, int cap) {
-    const int b = f32 ? 4 : 2, most = std::min(cap > 0 ? cap : 4, f32 ? 2 : 4);
-    auto fits = [&](int v) { return reinterpret_cast<uintptr_t>(dx) % (v * b) == 0 && (stride * b) % (v * b) == 0; };
-    return most >= 4 && fits(4) ? 4 : most >= 2 && fits(2) ? 2 : 1;
-}
-
 namespace {
 
 std::mutex g_override_mutex;

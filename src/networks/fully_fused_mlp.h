@@ -395,10 +395,6 @@ void fused_loss_backward(const Module& model, const Stream& stream, ConstView in
 
 // Largest of 16/8/4/2 bytes dividing the address, the row pitch and the row size of a tensor.
 int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes);
-// Values per dL/dinput store in the backward kernels (KernelArgs::dx_vec): the widest of 4 (16-bit
-// only), 2 and 1 whose bytes divide the rows' start and pitch (`stride` in elements), at most `cap`
-// (PlanOverride::dx_values; 0: no cap).
-int dx_store_values(const void* dx, int64_t stride, bool f32, int cap);
 
 // ---- One (dtype, width) instantiation of the kernels, defined in
 // src/networks/instantiations/fully_fused_w<W>_<dtype>.cu. H is the host storage type (half or

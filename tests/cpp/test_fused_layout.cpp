@@ -936,24 +936,6 @@ TEST(FusedPlan, CopyVectorWidth) {
     EXPECT_EQ(ffm::copy_vector_bytes(buf, 6, 6), 2);     // 3 fp16 per row
 }
 
-// dL/dinput's stores in the backward kernels: 4 values (8 bytes) for 16-bit rows whose start and pitch
-// allow it, pairs, else one value; fp32 at most pairs; PlanOverride::dx_values caps it.
-TEST(FusedPlan, InputGradientStoreWidth) {
-    alignas(16) static char buf[64];
-    EXPECT_EQ(ffm::dx_store_values(buf, 32, false, 0), 4);      // the grid model's dL/dencoding
-    EXPECT_EQ(ffm::dx_store_values(buf, 12, false, 0), 4);      // a pitch of 12 (e.g. 9 columns + 3)
-    EXPECT_EQ(ffm::dx_store_values(buf, 6, false, 0), 2);       // pitch not a multiple of 4 values
-    EXPECT_EQ(ffm::dx_store_values(buf + 4, 32, false, 0), 2);  // start 4-byte aligned only
-    EXPECT_EQ(ffm::dx_store_values(buf + 2, 32, false, 0), 1);
-    EXPECT_EQ(ffm::dx_store_values(buf, 5, false, 0), 1);       // odd pitch
-    EXPECT_EQ(ffm::dx_store_values(buf, 32, true, 0), 2);       // fp32: pairs at most
-    EXPECT_EQ(ffm::dx_store_values(buf + 4, 32, true, 0), 1);
-    EXPECT_EQ(ffm::dx_store_values(buf, 13, true, 0), 1);
-    EXPECT_EQ(ffm::dx_store_values(buf, 32, false, 2), 2);      // the caps
-    EXPECT_EQ(ffm::dx_store_values(buf, 32, false, 1), 1);
-    EXPECT_EQ(ffm::dx_store_values(buf, 32, true, 4), 2);       // a cap above what fp32 has
-}
-
 TEST(FullyFusedMLP, ConfigErrorsNameTheAlternatives) {
     auto expect_error = [](const json& cfg, const char* type, const std::string& needle) {
         try {
