@@ -1339,6 +1339,8 @@ __device__ __forceinline__ void store_dx_chunk(const KernelArgs& args, const flo
             }
         return;
     }
+    // The pairs' loops written out (as in stage_output_chunk): through for_each_c_pair the same stores
+    // compiled to other machine code in some backward kernels (sm_90a), which no device run has tested.
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
