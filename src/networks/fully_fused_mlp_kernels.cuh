@@ -1339,40 +1339,30 @@ __device__ __forceinline__ void store_dx_chunk(const KernelArgs& args, const flo
             }
         return;
     }
-    // The pairs' loops written out (as in stage_output_chunk): through for_each_c_pair the same stores
-    // compiled to other machine code in some backward kernels (sm_90a), which no device run has tested.
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                // Elements 2h and 2h + 1 of the fragment: one row, columns col and col + 1.
-                const mma::Coord rc = mma::c_frag_coord(lane, 2 * h);
-                const int row = 16 * m + rc.row, col = 16 * c + 8 * j + rc.col;
-                if (row >= valid || col >= n_in) continue;
-                const int64_t o = (row0 + row) * args.dx_stride + col;
-                const float lo = acc[m][j][2 * h], hi = acc[m][j][2 * h + 1];
-                const bool both = col + 1 < n_in, pair = both && args.dx_vec >= 2;
-                if (args.in_f32) {
-                    float* d = static_cast<float*>(args.dx) + o;
-                    if (pair) {
-                        *reinterpret_cast<float2*>(d) = make_float2(lo, hi);
-                    } else {
-                        d[0] = lo;
-                        if (both) d[1] = hi;
-                    }
-                } else {
-                    T* d = static_cast<T*>(args.dx) + o;
-                    const T t0 = gpu::from_acc<T>(lo), t1 = gpu::from_acc<T>(hi);
-                    if (pair) {
-                        *reinterpret_cast<uint32_t*>(d) = pack_bits(t0, t1);
-                    } else {
-                        d[0] = t0;
-                        if (both) d[1] = t1;
-                    }
-                }
+    for_each_c_pair<MT>(c, lane, [&](int m, int j, int hh, int row, int col) {
+        if (row >= valid || col >= n_in) return;
+        const int64_t o = (row0 + row) * args.dx_stride + col;
+        const float lo = acc[m][j][2 * hh], hi = acc[m][j][2 * hh + 1];
+        const bool both = col + 1 < n_in, pair = both && args.dx_vec >= 2;
+        if (args.in_f32) {
+            float* d = static_cast<float*>(args.dx) + o;
+            if (pair) {
+                *reinterpret_cast<float2*>(d) = make_float2(lo, hi);
+            } else {
+                d[0] = lo;
+                if (both) d[1] = hi;
             }
+        } else {
+            T* d = static_cast<T*>(args.dx) + o;
+            const T t0 = gpu::from_acc<T>(lo), t1 = gpu::from_acc<T>(hi);
+            if (pair) {
+                *reinterpret_cast<uint32_t*>(d) = pack_bits(t0, t1);
+            } else {
+                d[0] = t0;
+                if (both) d[1] = t1;
+            }
+        }
+    });
 }
 
 // WG: the wgmma flavour (wgmma_backward_shape; W = 64 or 128, RELU, MT = 1, launched with
