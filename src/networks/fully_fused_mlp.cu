@@ -127,10 +127,16 @@ bool wgmma_backward_available(int device, DType dtype, int width) {
 
 static std::mutex g_last_plan_mutex;
 static BackwardPlan g_last_plan;
+static int g_last_dx_vec = 0;
 
 BackwardPlan last_backward_plan() {
     std::lock_guard<std::mutex> lock(g_last_plan_mutex);
     return g_last_plan;
+}
+
+int last_backward_dx_vec() {
+    std::lock_guard<std::mutex> lock(g_last_plan_mutex);
+    return g_last_dx_vec;
 }
 
 namespace {
@@ -316,6 +322,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     {
         std::lock_guard<std::mutex> lock(g_last_plan_mutex);
         g_last_plan = a.bwd;
+        g_last_dx_vec = a.dx ? a.dx_vec : 0;
     }
     dispatch(dtype, layout.width, [&](auto k) { decltype(k)::backward(a, grid, stream.native()); });
     if (dL_dparams && !direct) {

@@ -383,6 +383,8 @@ bool wgmma_backward_available(int device, DType dtype, int width = 64);
 // The backward plan the last gpu_backward call of this process launched (a test hook: which kernel,
 // tiles and target mode a call took).
 BackwardPlan last_backward_plan();
+// ... and the values per dL/dinput store it took (KernelArgs::dx_vec; 0: the call had no dL/dinput).
+int last_backward_dx_vec();
 #endif  // TNN_WITH_GPU
 
 // ---- The fused training step for the Trainer (src/model/trainer.cpp). can_fuse_loss: `model` is a

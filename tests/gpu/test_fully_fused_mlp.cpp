@@ -523,7 +523,8 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardAtWidth128MatchesTheReferenceAndTheMmaS
 // tails, one and two m16 tiles per warp, the 12-warp mma.sync block and (where the device has it) the
 // wgmma kernel; the fused training step too, with dL/dinput rows padded to a multiple of 4 plus 4 (so
 // that 16-bit rows take 4-value stores, a last group of 1, 2 or 3 columns at input widths 5, 6, 3 and
-// 7, and the padding must keep its sentinels).
+// 7, and the padding must keep its sentinels), where the launcher's choice is checked too
+// (last_backward_dx_vec).
 TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
     TNN_SKIP_WITHOUT_GPU();
     const Device dev = Device::gpu(0);
@@ -584,6 +585,11 @@ TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
                         View gv = g.view().cols_slice(0, c.n_in);
                         ffm::fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(), &gv,
                                                  gp.data(), p.data());
+                        // Rows of a multiple of 4 columns from an aligned allocation: by default 4 values per
+                        // store for a 16-bit dL/dinput, 2 for fp32 (8 bytes either way); a cap is taken as is.
+                        ASSERT_EQ(reinterpret_cast<uintptr_t>(gv.data) % 8, 0u) << what;
+                        EXPECT_EQ(ffm::last_backward_dx_vec(), kCaps[i] ? kCaps[i] : c.input_in_network_dtype ? 4 : 2)
+                            << what << " fused step, cap " << kCaps[i];
                         stream.stream().synchronize();
                         dx[i] = to_floats(g.to(Device::cpu(), stream));
                         grads[i] = to_floats(gp.to(Device::cpu(), stream));
