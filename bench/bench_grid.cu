@@ -11,7 +11,7 @@
 // order). Writes one JSON; bench_grid_report.py adds the floors, PyTorch and tcnn.
 //
 //   bench_grid --out FILE.json [--rounds 5] [--round_ms 20] [--quick]
-//   bench_grid --profile forward|backward|backward_det|train_step|train_step_no_overlap [--morton] [--steps N]
+//   bench_grid --profile forward|backward|backward_det|train_step [--morton]
 // --profile runs one pass of the main row at 2^20 (after a warm-up call) between cudaProfilerStart and
 // cudaProfilerStop, for Nsight Compute with --profile-from-start off (run_grid_bench.sh NCU_PROFILES);
 // --morton on the rows in Morton order.
@@ -49,7 +49,6 @@ struct Options {
     bool quick = false;
     std::string profile;  // a pass of the main row to run once for a profiler, instead of the benchmark
     bool morton = false;  // with --profile: the rows in Morton order
-    int steps = 1;        // with --profile train_step*: steps inside the profiler's range
 };
 
 Options parse(int argc, char** argv) {
@@ -69,11 +68,9 @@ Options parse(int argc, char** argv) {
         else if (a == "--quick") o.quick = true;
         else if (a == "--profile") o.profile = next();
         else if (a == "--morton") o.morton = true;
-        else if (a == "--steps") o.steps = std::max(1, std::stoi(next()));
         else {
             std::cerr << "usage: bench_grid --out FILE.json [--rounds 5] [--round_ms 20] [--quick]\n"
-                         "       bench_grid --profile forward|backward|backward_det|train_step|train_step_no_overlap "
-                         "[--morton] [--steps N]\n";
+                         "       bench_grid --profile forward|backward|backward_det|train_step [--morton]\n";
             std::exit(2);
         }
     }
@@ -688,24 +685,19 @@ void bench_overlap(int64_t rows, const Options& o, const Stream& s, json& result
 
 // --profile train_step: one Trainer::step of tcnn's benchmark (bench_model's fused step, 2^20 rows) inside
 // the profiler's range, after the steps that capture and replay its graph.
-// "train_step_no_overlap": the same with Trainer::set_optimizer_overlap(false). steps: steps in the
-// profiler's range (a timeline tool sees them back to back, as the benchmark runs them).
-int profile_train_step(const Stream& s, bool overlap, int steps) {
+int profile_train_step(const Stream& s) {
     const int64_t batch = int64_t(1) << 20;
     const Device dev = s.device();
     Trainer trainer(3, 16, model_config(), dev);
-    trainer.set_optimizer_overlap(overlap);
     Tensor x = upload(uniform(size_t(batch) * 3, 0.0f, 1.0f, 1), batch, 3, DType::f32, dev);
     Tensor target = upload(uniform(size_t(batch) * 16, 0.0f, 1.0f, 2), batch, 16, DType::f32, dev);
     for (int i = 0; i < 5; ++i) trainer.step(s, x.view(), target.view());
     s.synchronize();
     TNN_GPU_CHECK(cudaProfilerStart());
-    for (int i = 0; i < steps; ++i) trainer.step(s, x.view(), target.view());
+    trainer.step(s, x.view(), target.view());
     s.synchronize();
     TNN_GPU_CHECK(cudaProfilerStop());
-    std::printf("bench_grid: profiled %d train_step%s (%lld graph steps, %zu parameters stepped beside the backward)\n",
-                steps, overlap ? "" : "_no_overlap", static_cast<long long>(trainer.graph_steps()),
-                trainer.optimizer_overlap_params());
+    std::printf("bench_grid: profiled train_step (%lld graph steps)\n", static_cast<long long>(trainer.graph_steps()));
     return 0;
 }
 
@@ -713,11 +705,9 @@ int profile_train_step(const Stream& s, bool overlap, int steps) {
 // (the table in L2 as in the benchmark's back-to-back calls; run ncu with --cache-control none).
 int profile_pass(const Options& o, const Stream& s) {
     const std::string& pass = o.profile;
-    // One step for Nsight Compute (which replays each kernel), three for a timeline (--steps 3).
-    if (pass == "train_step" || pass == "train_step_no_overlap")
-        return profile_train_step(s, pass == "train_step", o.steps);
+    if (pass == "train_step") return profile_train_step(s);
     if (pass != "forward" && pass != "backward" && pass != "backward_det") {
-        std::cerr << "bench_grid: --profile takes forward, backward, backward_det, train_step or train_step_no_overlap, not '" << pass
+        std::cerr << "bench_grid: --profile takes forward, backward, backward_det or train_step, not '" << pass
                   << "'\n";
         return 2;
     }

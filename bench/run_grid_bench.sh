@@ -20,10 +20,6 @@
 # bench/ncu_sass_summary.py reads them); the raw reports are deleted (too large to bring back).
 # KERNEL "all" profiles every launch of the call (speed-of-light section only: each kernel's duration),
 # e.g. all:train_step for what one training step of tcnn's encoding + MLP benchmark spends where.
-# NSYS_PROFILES=PASS,... records a timeline of three back-to-back calls of PASS (train_step or
-# train_step_no_overlap: bench_grid --profile PASS --steps 3) with Nsight Systems, graph kernels traced
-# one by one (--cuda-graph-trace node), into $OUT/nsys_PASS_gpu_trace.csv (every kernel's start, end
-# and stream; the report itself is deleted): what runs beside what, and the gaps between kernels.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 SRC=$PWD
@@ -121,30 +117,6 @@ if cmake -S "$BUILD/bench_grid_build" -B "$BUILD/bench_grid_build/out" -G Ninja 
       status=1
       summary+=("bench            FAILED   see bench_grid.log")
     fi
-  fi
-  if [ -n "${NSYS_PROFILES:-}" ]; then
-    NSYS=$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/bin/nsys 2>/dev/null | head -n 1)
-    for pass in ${NSYS_PROFILES//,/ }; do
-      tag="nsys_$pass"
-      echo "== nsys: $pass ($(elapsed) s so far)"
-      if [ -z "$NSYS" ]; then
-        status=1
-        summary+=("nsys             FAILED   no nsys on this machine")
-        break
-      fi
-      timeout 180 "$NSYS" profile --trace cuda --cuda-graph-trace node --capture-range cudaProfilerApi \
-        --force-overwrite true -o "$OUT/$tag" "$bench_bin" --profile "$pass" --steps 3 >"$OUT/$tag.log" 2>&1 ||
-        echo "nsys exit $? (see $tag.log)"
-      if [ -s "$OUT/$tag.nsys-rep" ]; then
-        "$NSYS" stats --report cuda_gpu_trace --format csv --force-export true -o "$OUT/$tag" "$OUT/$tag.nsys-rep" \
-          >>"$OUT/$tag.log" 2>&1
-        rm -f "$OUT/$tag.nsys-rep" "$OUT/$tag.sqlite"
-        summary+=("$(printf '%-16s ok       %s' "nsys" "$tag")")
-      else
-        status=1
-        summary+=("$(printf '%-16s FAILED   %s (see %s.log)' "nsys" "$tag" "$tag")")
-      fi
-    done
   fi
   if [ -n "${NCU_PROFILES:-}" ]; then
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
