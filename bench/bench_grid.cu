@@ -19,7 +19,6 @@
 
 #include "bench_timing.h"
 #include "encodings/grid_gpu.h"
-#include "model/trainer_tuning.h"
 #include "gpu/gpu.h"
 #include "networks/fully_fused_mlp.h"
 
@@ -554,36 +553,25 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
         // of the wgmma block (12 warps of one tile). "train_step_dx_one_value" / "_dx_pairs": the
         // network's dL/dinput (the grid's dL/dy) stored one value per store, as before the nineteenth
         // session, or two, instead of four (KernelArgs::dx_vec).
-        // "train_step_no_overlap" / "_overlap_normal_priority" (twentieth session): Adam over the
-        // parameters whose gradient is final before the grid's last group of levels runs after the whole
-        // backward instead of beside that group, or beside it at the default stream priority instead of
-        // the highest (Trainer::set_optimizer_overlap; "_det" has the overlap too).
         ffm::PlanOverride two_tiles, dx_one, dx_pairs;
         two_tiles.backward_m_tiles = 2;
         dx_one.dx_values = 1, dx_pairs.dx_values = 2;
-        enum Overlap { kNoOverlap, kNormalPriority, kHighPriority };
         struct Variant {
             bool det, fused;
             const char* pass;
             ffm::PlanOverride mlp_plan = {};
-            Overlap overlap = kHighPriority;
         };
         for (const Variant& v : {Variant{false, true, "train_step"}, Variant{false, false, "train_step_unfused"},
                                  Variant{true, true, "train_step_det"}, Variant{false, true, "train_step_mlp_two_tiles", two_tiles},
                                  Variant{false, true, "train_step_dx_one_value", dx_one},
-                                 Variant{false, true, "train_step_dx_pairs", dx_pairs},
-                                 Variant{false, true, "train_step_no_overlap", {}, kNoOverlap},
-                                 Variant{true, true, "train_step_det_no_overlap", {}, kNoOverlap},
-                                 Variant{false, true, "train_step_overlap_normal_priority", {}, kNormalPriority}}) {
-            const bool default_plan = !v.mlp_plan.backward_m_tiles && !v.mlp_plan.dx_values && v.overlap == kHighPriority;
+                                 Variant{false, true, "train_step_dx_pairs", dx_pairs}}) {
+            const bool default_plan = !v.mlp_plan.backward_m_tiles && !v.mlp_plan.dx_values;
             const ffm::PlanOverrideScope scope(v.mlp_plan);
-            trainer_tuning::set_overlap_high_priority(v.overlap == kHighPriority);
             const bool det = v.det;
             json c = config;
             c["encoding"]["deterministic"] = det;
             Trainer trainer(3, 16, c, dev);
             trainer.set_fused_loss(v.fused);
-            trainer.set_optimizer_overlap(v.overlap != kNoOverlap);
             Tensor x = upload(uniform(size_t(batch) * 3, 0.0f, 1.0f, 1), batch, 3, DType::f32, dev);
             Tensor target = upload(uniform(size_t(batch) * 16, 0.0f, 1.0f, 2), batch, 16, DType::f32, dev);
             Tensor y(batch, 16, DType::f16, dev);
@@ -599,12 +587,10 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
                                  for (int i = 0; i < steps; ++i) trainer.step(s, x.view(), target.view());
                              }) /
                              steps);
-            trainer_tuning::set_overlap_high_priority(true);
             if (trainer.graph_steps() == 0) throw Error("bench_model: the trainer did not replay a graph");
             record(v.pass, ms,
                    std::string("Trainer::step: forward + L2 + backward + Adam, replayed from the trainer's graph") +
-                       (trainer.fused_loss() ? " (network forward, loss and backward fused)" : " (unfused)") +
-                       msg("; Adam over ", trainer.optimizer_overlap_params(), " parameters beside the backward"));
+                       (trainer.fused_loss() ? " (network forward, loss and backward fused)" : " (unfused)"));
             if (!det && v.fused && default_plan)
                 record("inference",
                        time_calls(s, o, [&] { trainer.model().inference(s, x.view(), y.view(), trainer.params()); }),

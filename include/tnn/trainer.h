@@ -47,16 +47,6 @@ public:
     // without a pdf take it.
     void set_fused_loss(bool on);
     bool fused_loss() const;
-    // The optimizer beside the backward: in a step replayed from a graph, with the fused step, an
-    // optimizer that updates each parameter on its own (Adam, SGD) and an input encoding that finishes
-    // part of its parameter gradient early (the GPU hash grid, whose last group of levels is reduced
-    // after the others), the optimizer steps the parameters whose gradient is final (the network's and
-    // the earlier levels') on a high-priority second stream while the last levels' reductions run, and
-    // the rest after them. The same bits as without; on by default. optimizer_overlap_params(): how
-    // many parameters the step captured last steps early (0: none).
-    void set_optimizer_overlap(bool on);
-    bool optimizer_overlap() const;
-    size_t optimizer_overlap_params() const;
     // Uses the optimizer's inference weights (EMA, Average) when it has them.
     void inference(const Stream& stream, ConstView input, View output) const;
 

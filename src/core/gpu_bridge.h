@@ -36,10 +36,6 @@ bool is_capturing(const Stream& stream);
 void* end_capture(const Stream& stream);
 void abort_capture(const Stream& stream) noexcept;  // after an exception inside a capture: ends and discards it
 void launch_graph(const Stream& stream, void* graph);
-// Work beside a stream (gpu::side_stream): the side stream of `caller` (high_priority: the device's
-// highest stream priority), and an event wait that makes `waiter` wait for what `producer` queued so far.
-Stream side_stream(const Stream& caller, bool high_priority);
-void stream_wait(const Stream& waiter, const Stream& producer);
 void destroy_graph(int device, void* graph) noexcept;  // may be called while launches are in flight
 
 }  // namespace tnn::gpu_bridge

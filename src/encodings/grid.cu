@@ -3,7 +3,6 @@
 // fp32 atomics or the deterministic fixed-point path), takes scratch from the stream's temporary
 // memory and launches the kernels of grid_kernels_gpu.h (compiled per input dimension in
 // instantiations/grid_d*.cu). No host synchronisation and no driver allocation: capturable in a graph.
-#include "core/grad_ready.h"
 #include "encodings/grid_kernels_gpu.h"
 
 #include <tnn/runtime.h>
@@ -118,6 +117,57 @@ bool det_shared_words(const Variant& v) {
 #endif  // TNN_WITH_HIP
 }
 
+// Whether `s` is outside any capture. A failed query counts as "inside": the caller then keeps the stream.
+bool outside_capture(gpu_stream_t s) { return gpu::capture_status(s) == gpu_stream_capture_status_none; }
+
+// A second stream for work beside `caller` on `device`, one per (thread, device, caller's stream),
+// created on first use. Keyed by the caller's stream because a fork puts the side stream into the
+// caller's capture until that capture ends: one side stream shared by two streams of a thread would make
+// a second capture (or an eager backward on another stream) wait on an event from outside its own
+// capture, which CUDA refuses. A thread keeps kSideStreams of them; past that, a call from a stream
+// that is not capturing destroys the least recently used ones that are outside any capture (a
+// capturing caller only adds one, so that no stream is destroyed during its capture). Destroying a
+// stream with queued work is allowed: the work completes first. At thread exit, side streams still
+// inside a capture are left to the capture's owner (destroying one would cut its branch out of the
+// graph). A destroyed caller's handle may be reused by a new stream: its side stream then serves the
+// new one, which is correct, since the old stream can no longer be capturing.
+constexpr size_t kSideStreams = 8;
+gpu_stream_t side_stream(int device, gpu_stream_t caller) {
+    struct Side {
+        int device;
+        gpu_stream_t caller, side;
+    };
+    struct Streams {
+        std::vector<Side> recent;  // least recently used first
+        ~Streams() {
+            for (const Side& s : recent)
+                if (outside_capture(s.side)) (void)gpu_stream_destroy(s.side);
+        }
+    };
+    thread_local Streams streams;
+    std::vector<Side>& recent = streams.recent;
+    for (size_t i = 0; i < recent.size(); ++i)
+        if (recent[i].device == device && recent[i].caller == caller) {
+            const Side found = recent[i];
+            recent.erase(recent.begin() + static_cast<std::ptrdiff_t>(i));
+            recent.push_back(found);
+            return found.side;
+        }
+    if (recent.size() >= kSideStreams && outside_capture(caller))
+        for (size_t i = 0; i < recent.size() && recent.size() >= kSideStreams;) {
+            if (!outside_capture(recent[i].side)) {
+                ++i;
+                continue;
+            }
+            if (gpu_stream_destroy(recent[i].side) != gpu_success) (void)gpu_get_last_error();
+            recent.erase(recent.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+    Side added{device, caller, nullptr};
+    TNN_GPU_CHECK(gpu_stream_create_with_flags(&added.side, gpu_stream_non_blocking));
+    recent.push_back(added);
+    return added.side;
+}
+
 // Work queued through call() runs beside the caller's stream until join() (or the destructor, so that
 // an exception never leaves a capture forked): the shared-memory levels' reduction, latency-bound on
 // few blocks (0.11 ms for the main row at 2^20, run 60), beside the global levels', bound by L2. Both
@@ -128,7 +178,7 @@ class Beside {
     Beside(const Stream& stream, const Call& c, bool on) : m_stream(stream), m_call(c) {
         if (!on) return;
         const int device = stream.device().index;
-        m_side = Stream::gpu(gpu::side_stream(device, gpu::native_stream(stream)), device);
+        m_side = Stream::gpu(side_stream(device, gpu::native_stream(stream)), device);
         gpu::stream_wait(m_side, m_stream);
         m_call.stream = gpu::native_stream(m_side);
         m_forked = true;
@@ -235,21 +285,9 @@ GradLayout gradient_layout(const GridDesc& desc, const Call& c, const Stream& st
     return layout;
 }
 
-// The first level of the last group: the levels before it are final once the groups before the last
-// one and the shared-memory levels are (level offsets grow with the level index), and the levels after
-// it are either in the last group or inactive (zero gradient).
-uint32_t last_group_first_level(const std::vector<LevelList>& groups) {
-    const LevelList& last = groups.back();
-    return *std::min_element(last.ids, last.ids + last.count);
-}
-
-// dL/dparams of a first-order (v == nullptr) or second-order pass, weights from dL/dy = g. release: the
-// caller reads no parameters after this (a backward without dL/dinput), so a GradReadyScope of the
-// caller for dL_dparams (grad_ready.h) may be told, before the last group of levels runs, that the
-// gradient of the levels before that group is final: the Trainer steps its optimizer over them beside
-// the last group's reductions.
+// dL/dparams of a first-order (v == nullptr) or second-order pass, weights from dL/dy = g.
 void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, const float* v, int64_t v_stride,
-                    ConstView g, void* dL_dparams, GradMode mode, bool release) {
+                    ConstView g, void* dL_dparams, GradMode mode) {
     const Launchers& L = launchers_for(desc.n_dims);
     const KernelArgs& args = *c.args;
     const bool second = v != nullptr;
@@ -292,57 +330,39 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         // Slot pairs add +0 beside lone contributions: not into the caller's values (accumulate, fp32).
         const FloatSink sink{acc, var.vector_atomics != 0, var.slot_pairs != 0 && !(direct && accumulate),
                              static_cast<uint8_t>(l2_hints)};
-        // The conversion of [begin, begin + count) of the scratch to the parameters' dtype. The scratch's
-        // evict-last lines dropped once converted: sm_90 builds only (TNN_GRID_L2_HINTS), elsewhere its
-        // warp barrier would be all the kernel got; whole lines of a 128-byte aligned part of the scratch.
-        const int cc = gpu::device_properties(stream.device().index).capability;
-        auto convert = [&](size_t begin, size_t count) {
-            if (direct || count == 0) return;
-            float* src = acc + begin;
-            const bool discard = l2_hints == 1 && var.discard_scratch != 0 && gpu::is_nvidia(cc) &&
-                                 cc >= gpu::kCcHopper && aligned(src, 128);
-            dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
-                using T = decltype(t);
-                T* dst = static_cast<T*>(dL_dparams) + begin;
-                const auto items = static_cast<int64_t>(count);
-                // Four values per thread when both sides allow it (not timed apart: notes_grid.md section 8).
-                // The discard's lines are 8 lanes of one warp: blocks of whole warps.
-                static_assert(gpu::kElementwiseThreads % 32 == 0, "grid conversion: blocks of whole warps");
-                if (aligned(src, 16) && aligned(dst, 4 * sizeof(T))) {
-                    grid_gradient_from_float_quads_kernel<T>
-                        <<<gpu::elementwise_grid(items / 4 + items % 4), gpu::kElementwiseThreads, 0, s>>>(
-                            src, dst, items, accumulate, discard);
-                    TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_quads_kernel");
-                } else {
-                    grid_gradient_from_float_kernel<T>
-                        <<<gpu::elementwise_grid(items), gpu::kElementwiseThreads, 0, s>>>(src, dst, items, accumulate);
-                    TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_kernel");
-                }
-            });
-        };
-        size_t early = 0;  // values final and converted before the last group of levels
         if (mapping == 0) {
             L.param_grad_float(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         } else if (mapping == 1) {
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         } else {
-            const std::vector<LevelList> groups = level_groups(desc, plan.global, F * sizeof(float), var);
-            GradReadyScope::Ready* ready =
-                release && groups.size() > 1 ? GradReadyScope::claim(stream, dL_dparams) : nullptr;
-            for (size_t i = 0; i < groups.size(); ++i) {
-                if (ready && i + 1 == groups.size()) {
-                    // Whole 128-byte lines of the scratch, so that both conversions may drop theirs.
-                    const size_t line = direct ? 1 : 128 / sizeof(float);
-                    early = size_t(desc.levels[last_group_first_level(groups)].offset) * F / line * line;
-                    beside.join();
-                    convert(0, early);
-                    if (early > 0) (*ready)(stream, early);
-                }
-                L.param_grad_float_corner_levels(c, desc.dtype, F, second, groups[i], v, v_stride, g_data, gl, sink);
-            }
+            for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(float), var))
+                L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, sink);
         }
         beside.join();
-        convert(early, n - early);
+        if (direct) return;
+        // The scratch's evict-last lines dropped once converted: sm_90 builds only (TNN_GRID_L2_HINTS),
+        // elsewhere its warp barrier would be all the kernel got; whole lines of a 128-byte aligned scratch.
+        const int cc = gpu::device_properties(stream.device().index).capability;
+        const bool discard = l2_hints == 1 && var.discard_scratch != 0 && gpu::is_nvidia(cc) &&
+                             cc >= gpu::kCcHopper && aligned(acc, 128);
+        dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
+            using T = decltype(t);
+            T* dst = static_cast<T*>(dL_dparams);
+            const int64_t count = static_cast<int64_t>(n);
+            // Four values per thread when both sides allow it (not timed apart: notes_grid.md section 8).
+            // The discard's lines are 8 lanes of one warp: blocks of whole warps.
+            static_assert(gpu::kElementwiseThreads % 32 == 0, "grid conversion: blocks of whole warps");
+            if (aligned(acc, 16) && aligned(dst, 4 * sizeof(T))) {
+                grid_gradient_from_float_quads_kernel<T>
+                    <<<gpu::elementwise_grid(count / 4 + count % 4), gpu::kElementwiseThreads, 0, s>>>(
+                        acc, dst, count, accumulate, discard);
+                TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_quads_kernel");
+            } else {
+                grid_gradient_from_float_kernel<T>
+                    <<<gpu::elementwise_grid(count), gpu::kElementwiseThreads, 0, s>>>(acc, dst, count, accumulate);
+                TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_kernel");
+            }
+        });
         return;
     }
 
@@ -371,35 +391,9 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     // level, feature) 2.010 ms, per (row, level, corner, feature) 2.221 ms, per (row, level) 2.896 ms.
     int mapping = var.det_mapping;
     if (mapping < 0) mapping = F > 1 ? 3 : one_corner ? 0 : 2;
-    // The conversion of levels [first, end) from fixed point to the parameters' dtype.
-    auto convert = [&](uint32_t first, uint32_t end) {
-        if (first >= end) return;
-        dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
-            using T = decltype(t);
-            size_t largest = 0;
-            for (uint32_t l = first; l < end; ++l) largest = std::max<size_t>(largest, desc.levels[l].size);
-            const dim3 grid(gpu::elementwise_grid(static_cast<int64_t>(largest * F)).x, end - first);
-            grid_gradient_from_fixed_kernel<T><<<grid, gpu::kElementwiseThreads, 0, s>>>(
-                args, F, first, acc, exponents, static_cast<T*>(dL_dparams), accumulate);
-            TNN_GPU_CHECK_LAUNCH("grid_gradient_from_fixed_kernel");
-        });
-    };
-    uint32_t early_levels = 0;  // levels final and converted before the last group of levels
     if (mapping == 3 && F > 1) {
-        const std::vector<LevelList> groups = level_groups(desc, plan.global, F * sizeof(unsigned long long), var);
-        GradReadyScope::Ready* ready =
-            release && groups.size() > 1 ? GradReadyScope::claim(stream, dL_dparams) : nullptr;
-        for (size_t i = 0; i < groups.size(); ++i) {
-            if (ready && i + 1 == groups.size()) {
-                early_levels = last_group_first_level(groups);
-                beside.join();
-                convert(0, early_levels);
-                const size_t early = size_t(desc.levels[early_levels].offset) * F;
-                if (early > 0) (*ready)(stream, early);
-            }
-            L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, groups[i], v, v_stride, g_data, gl, acc,
-                                           exponents);
-        }
+        for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(unsigned long long), var))
+            L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc, exponents);
     } else if (mapping == 2) {
         if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
                                         exponents))  // 2^D * F > kThreads: one thread per feature
@@ -412,7 +406,15 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
                            FixedSink{acc, exponents});
     }
     beside.join();
-    convert(early_levels, desc.n_levels);
+    dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
+        using T = decltype(t);
+        size_t largest = 0;
+        for (uint32_t l = 0; l < desc.n_levels; ++l) largest = std::max<size_t>(largest, desc.levels[l].size);
+        const dim3 grid(gpu::elementwise_grid(static_cast<int64_t>(largest * F)).x, desc.n_levels);
+        grid_gradient_from_fixed_kernel<T><<<grid, gpu::kElementwiseThreads, 0, s>>>(
+            args, F, acc, exponents, static_cast<T*>(dL_dparams), accumulate);
+        TNN_GPU_CHECK_LAUNCH("grid_gradient_from_fixed_kernel");
+    });
 }
 
 }  // namespace
@@ -447,7 +449,7 @@ void backward(const GridDesc& g, const Stream& stream, ConstView input, ConstVie
     gpu::DeviceGuard guard(stream.device().index);
     const KernelArgs args = make_args(g, n_active);
     const Call c{&args, gpu::native_stream(stream), input.rows, input.ptr<float>(), input.stride};
-    if (dL_dparams) param_gradient(g, c, stream, nullptr, 0, dL_doutput, dL_dparams, mode, dL_dinput == nullptr);
+    if (dL_dparams) param_gradient(g, c, stream, nullptr, 0, dL_doutput, dL_dparams, mode);
     if (dL_dinput)
         launchers_for(g.n_dims).input_grad(c, g.dtype, g.n_features, dL_doutput.data, dL_doutput.stride, params,
                                            dL_dinput->ptr<float>(), dL_dinput->stride);
@@ -460,8 +462,7 @@ void backward_backward_input(const GridDesc& g, const Stream& stream, ConstView 
     const KernelArgs args = make_args(g, n_active);
     const Call c{&args, gpu::native_stream(stream), input.rows, input.ptr<float>(), input.stride};
     if (dL_dparams)
-        param_gradient(g, c, stream, dL_ddLdinput.ptr<float>(), dL_ddLdinput.stride, dL_doutput, dL_dparams, mode,
-                       false);
+        param_gradient(g, c, stream, dL_ddLdinput.ptr<float>(), dL_ddLdinput.stride, dL_doutput, dL_dparams, mode);
     if (dL_ddLdoutput || dL_dinput)
         launchers_for(g.n_dims).second_order_rows(
             c, g.dtype, g.n_features, dL_ddLdinput.ptr<float>(), dL_ddLdinput.stride, dL_doutput.data,

@@ -1452,15 +1452,14 @@ __global__ void grid_gradient_from_float_quads_kernel(float* __restrict__ acc, T
     }
 }
 
-// The same from the fixed-point accumulator; first_level + blockIdx.y is the level (its exponent).
+// The same from the fixed-point accumulator; blockIdx.y is the level (its exponent).
 template <typename T>
-__global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, uint32_t n_features, uint32_t first_level,
+__global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, uint32_t n_features,
                                                 const unsigned long long* __restrict__ acc,
                                                 const int* __restrict__ exponents, T* __restrict__ dst,
                                                 bool accumulate) {
-    const uint32_t level = first_level + blockIdx.y;
-    const LevelInfo& L = a.levels[level];
-    const int k = exponents[level];
+    const LevelInfo& L = a.levels[blockIdx.y];
+    const int k = exponents[blockIdx.y];
     const int64_t begin = int64_t(L.offset) * n_features, n = int64_t(L.size) * n_features;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         const float value = from_fixed_point(static_cast<long long>(acc[begin + i]), k);

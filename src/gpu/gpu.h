@@ -62,9 +62,6 @@ constexpr auto gpu_stream_capture_mode_thread_local = hipStreamCaptureModeThread
 constexpr auto gpu_stream_capture_mode_relaxed = hipStreamCaptureModeRelaxed;
 constexpr auto gpu_stream_capture_status_active = hipStreamCaptureStatusActive;
 constexpr auto gpu_graph_instantiate_flag_auto_free_on_launch = hipGraphInstantiateFlagAutoFreeOnLaunch;
-// HIP's per-node priority flag (8) is newer than the HIP headers CI builds against (Debian 12's): graphs on
-// AMD GPUs run every kernel at the launching stream's priority.
-constexpr unsigned gpu_graph_instantiate_flag_use_node_priority = 0;
 #define gpu_get_error_string hipGetErrorString
 #define gpu_get_error_name hipGetErrorName
 #define gpu_get_last_error hipGetLastError
@@ -86,8 +83,6 @@ constexpr auto gpu_func_attribute_max_dynamic_shared_memory_size = hipFuncAttrib
 #define gpu_func_set_attribute(func, attr, value) hipFuncSetAttribute(reinterpret_cast<const void*>(func), attr, value)
 #define gpu_func_get_attributes(attrs, func) hipFuncGetAttributes(attrs, reinterpret_cast<const void*>(func))
 #define gpu_stream_create_with_flags hipStreamCreateWithFlags
-#define gpu_stream_create_with_priority hipStreamCreateWithPriority
-#define gpu_device_get_stream_priority_range hipDeviceGetStreamPriorityRange
 #define gpu_stream_destroy hipStreamDestroy
 #define gpu_stream_synchronize hipStreamSynchronize
 #define gpu_stream_wait_event hipStreamWaitEvent
@@ -129,7 +124,6 @@ constexpr auto gpu_stream_capture_mode_thread_local = cudaStreamCaptureModeThrea
 constexpr auto gpu_stream_capture_mode_relaxed = cudaStreamCaptureModeRelaxed;
 constexpr auto gpu_stream_capture_status_active = cudaStreamCaptureStatusActive;
 constexpr auto gpu_graph_instantiate_flag_auto_free_on_launch = cudaGraphInstantiateFlagAutoFreeOnLaunch;
-constexpr auto gpu_graph_instantiate_flag_use_node_priority = cudaGraphInstantiateFlagUseNodePriority;
 #define gpu_get_error_string cudaGetErrorString
 #define gpu_get_error_name cudaGetErrorName
 #define gpu_get_last_error cudaGetLastError
@@ -151,8 +145,6 @@ constexpr auto gpu_func_attribute_max_dynamic_shared_memory_size = cudaFuncAttri
 #define gpu_func_set_attribute cudaFuncSetAttribute
 #define gpu_func_get_attributes cudaFuncGetAttributes
 #define gpu_stream_create_with_flags cudaStreamCreateWithFlags
-#define gpu_stream_create_with_priority cudaStreamCreateWithPriority
-#define gpu_device_get_stream_priority_range cudaDeviceGetStreamPriorityRange
 #define gpu_stream_destroy cudaStreamDestroy
 #define gpu_stream_synchronize cudaStreamSynchronize
 #define gpu_stream_wait_event cudaStreamWaitEvent
@@ -304,12 +296,6 @@ std::optional<gpu_stream_capture_status_t> capture_status(gpu_stream_t stream) n
 // Makes later work queued on `waiter` wait for the work queued on `producer` so far (an event, no
 // host synchronisation). No-op when both are the same stream.
 void stream_wait(const Stream& waiter, const Stream& producer);
-
-// A second stream for work beside `caller` on `device` (runtime.cu says how long it lives), created on
-// first use. high_priority: the device's highest stream priority, whose blocks the GPU dispatches
-// before the waiting blocks of normal-priority kernels (a graph keeps the priority of the stream each
-// kernel was captured from: gpu_bridge::end_capture); else the default priority.
-gpu_stream_t side_stream(int device, gpu_stream_t caller, bool high_priority = false);
 
 }  // namespace tnn::gpu
 

@@ -24,11 +24,9 @@ void* end_capture(const Stream& stream) {
     if (!graph) throw DeviceError("graph capture: the capture produced no graph");
     gpu_graph_exec_t exec = nullptr;
     // Auto-free-on-launch: a graph temporary that outlived the capture is freed by the next launch
-    // instead of making it fail (src/gpu/allocator.h). Node priorities: each kernel keeps the priority
-    // of the stream it was captured from (the Trainer's optimizer beside the backward runs on a
-    // high-priority side stream), instead of all taking the launching stream's.
-    const gpu_error_t err = gpu_graph_instantiate_with_flags(
-        &exec, graph, gpu_graph_instantiate_flag_auto_free_on_launch | gpu_graph_instantiate_flag_use_node_priority);
+    // instead of making it fail (src/gpu/allocator.h).
+    const gpu_error_t err =
+        gpu_graph_instantiate_with_flags(&exec, graph, gpu_graph_instantiate_flag_auto_free_on_launch);
     (void)gpu_graph_destroy(graph);  // the executable graph keeps what it needs
     if (err != gpu_success) throw_error(err, "gpu_graph_instantiate_with_flags", __FILE__, __LINE__);
     return exec;

@@ -181,66 +181,6 @@ void stream_wait(const Stream& waiter, const Stream& producer) {
     TNN_GPU_CHECK(wait);
 }
 
-namespace {
-// Whether `s` is outside any capture. A failed query counts as "inside": the caller then keeps the stream.
-bool outside_capture(gpu_stream_t s) { return capture_status(s) == gpu_stream_capture_status_none; }
-constexpr size_t kSideStreams = 8;
-}  // namespace
-
-// side_stream: one per (thread, device, caller's stream, priority), created on first use (the device
-// must be current). Keyed by the caller's stream because a fork puts the side stream into the
-// caller's capture until that capture ends: one side stream shared by two streams of a thread would make
-// a second capture (or an eager backward on another stream) wait on an event from outside its own
-// capture, which CUDA refuses. A thread keeps kSideStreams of them; past that, a call from a stream
-// that is not capturing destroys the least recently used ones that are outside any capture (a
-// capturing caller only adds one, so that no stream is destroyed during its capture). Destroying a
-// stream with queued work is allowed: the work completes first. At thread exit, side streams still
-// inside a capture are left to the capture's owner (destroying one would cut its branch out of the
-// graph). A destroyed caller's handle may be reused by a new stream: its side stream then serves the
-// new one, which is correct, since the old stream can no longer be capturing.
-gpu_stream_t side_stream(int device, gpu_stream_t caller, bool high_priority) {
-    struct Side {
-        int device;
-        bool high_priority;
-        gpu_stream_t caller, side;
-    };
-    struct Streams {
-        std::vector<Side> recent;  // least recently used first
-        ~Streams() {
-            for (const Side& s : recent)
-                if (outside_capture(s.side)) (void)gpu_stream_destroy(s.side);
-        }
-    };
-    thread_local Streams streams;
-    std::vector<Side>& recent = streams.recent;
-    for (size_t i = 0; i < recent.size(); ++i)
-        if (recent[i].device == device && recent[i].caller == caller && recent[i].high_priority == high_priority) {
-            const Side found = recent[i];
-            recent.erase(recent.begin() + static_cast<std::ptrdiff_t>(i));
-            recent.push_back(found);
-            return found.side;
-        }
-    if (recent.size() >= kSideStreams && outside_capture(caller))
-        for (size_t i = 0; i < recent.size() && recent.size() >= kSideStreams;) {
-            if (!outside_capture(recent[i].side)) {
-                ++i;
-                continue;
-            }
-            if (gpu_stream_destroy(recent[i].side) != gpu_success) (void)gpu_get_last_error();
-            recent.erase(recent.begin() + static_cast<std::ptrdiff_t>(i));
-        }
-    Side added{device, high_priority, caller, nullptr};
-    if (high_priority) {
-        int lowest = 0, highest = 0;  // numerically: the highest priority is the lowest number
-        TNN_GPU_CHECK(gpu_device_get_stream_priority_range(&lowest, &highest));
-        TNN_GPU_CHECK(gpu_stream_create_with_priority(&added.side, gpu_stream_non_blocking, highest));
-    } else {
-        TNN_GPU_CHECK(gpu_stream_create_with_flags(&added.side, gpu_stream_non_blocking));
-    }
-    recent.push_back(added);
-    return added.side;
-}
-
 }  // namespace tnn::gpu
 
 namespace tnn::gpu_bridge {
@@ -248,14 +188,6 @@ namespace tnn::gpu_bridge {
 using namespace tnn::gpu;
 
 int device_count() { return gpu::device_count(); }
-
-Stream side_stream(const Stream& caller, bool high_priority) {
-    const int device = caller.device().index;
-    DeviceGuard guard(device);
-    return Stream::gpu(gpu::side_stream(device, native_stream(caller), high_priority), device);
-}
-
-void stream_wait(const Stream& waiter, const Stream& producer) { gpu::stream_wait(waiter, producer); }
 
 std::string device_description(int device) {
     const DeviceProperties& p = device_properties(device);

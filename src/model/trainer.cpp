@@ -5,15 +5,11 @@
 #include <tnn/trainer.h>
 
 #include "core/gpu_bridge.h"
-#include "core/grad_ready.h"
 #include "core/view_check.h"
 #include "losses/loss_gpu.h"
 #include "networks/fully_fused_mlp.h"
 #include "optimizers/optimizer_impl.h"
-#include "model/trainer_tuning.h"
 
-#include <atomic>
-#include <optional>
 #include <typeinfo>
 
 namespace tnn {
@@ -41,8 +37,6 @@ bool same_views(const StepViews& a, const StepViews& b) {
 constexpr int kStepsBeforeCapture = 2;
 #endif  // TNN_WITH_GPU
 
-std::atomic<bool> g_overlap_high_priority{true};
-
 // The network the fused step runs (trainer.h), or null: the model, or the network behind its input
 // encoding, where ffm::can_fuse_loss accepts it with the trainer's loss.
 const Module* fusable_network(const Module& model, const Loss& loss, Device device, LossKind* kind) {
@@ -57,33 +51,6 @@ const Module* fusable_network(const Module& model, const Loss& loss, Device devi
 
 }  // namespace
 
-namespace trainer_tuning {
-void set_overlap_high_priority(bool on) { g_overlap_high_priority = on; }
-bool overlap_high_priority() { return g_overlap_high_priority; }
-}  // namespace trainer_tuning
-
-// The optimizer's device half over the parameters whose gradient is final before the backward returns
-// (set_optimizer_overlap): started from the encoding's GradReadyScope on a side stream forked there,
-// which the step's stream joins after stepping the rest.
-struct OptimizerBeside {
-    OptimizerBeside(GpuSplitStep& s, const GpuStepArgs& a, bool high) : split(s), args(a), high_priority(high) {}
-    GpuSplitStep& split;
-    const GpuStepArgs& args;
-    bool high_priority;
-    size_t end = 0;  // parameters [0, end) stepped on `side`; 0: not started
-    Stream side;
-    void start(const Stream& stream, size_t n_final) {
-#ifdef TNN_WITH_GPU
-        side = gpu_bridge::side_stream(stream, high_priority);
-        gpu_bridge::stream_wait(side, stream);
-        split.gpu_record_range(side, args, 0, n_final);
-        end = n_final;
-#else
-        (void)stream, (void)n_final;
-#endif  // TNN_WITH_GPU
-    }
-};
-
 struct Trainer::Impl {
     Buffer params_fp32, params, grads;
     // Per-step buffers, reused while the batch size stays the same.
@@ -97,8 +64,6 @@ struct Trainer::Impl {
     LossKind fused_kind = LossKind::l2;
     bool has_loss = false;
     bool fused_loss = true;  // set_fused_loss
-    bool overlap_optimizer = true;  // set_optimizer_overlap
-    size_t overlap_params = 0;      // optimizer_overlap_params
 
     // GPU graphs. `graph` replays a step with the views `graph_views`; the last `seen_count` steps
     // (refused ones included) had the views `seen`, which are captured when that count reaches 3.
@@ -119,17 +84,12 @@ struct Trainer::Impl {
         graph = nullptr;
         seen_count = 0;
     }
-    // Forward, loss and backward of one step: the part of a step without the optimizer. beside: where
-    // the encoding's backward may start the optimizer early (fused steps only), or nullptr.
+    // Forward, loss and backward of one step: the part of a step without the optimizer.
     void forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
-                               const ConstView* data_pdf, OptimizerBeside* beside = nullptr);
+                               const ConstView* data_pdf);
     // The same as one fused kernel for `net` (fusable_network), after the input encoding's forward pass.
     void fused_forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
-                                     const Module& net, LossKind kind, OptimizerBeside* beside);
-    // The step's device work as a graph holds it: forward, loss, backward and the optimizer's device
-    // half, part of it beside the backward where set_optimizer_overlap allows.
-    void device_step(Trainer& t, const Stream& stream, ConstView input, ConstView target, const ConstView* data_pdf,
-                     GpuSplitStep& split, const GpuStepArgs& args);
+                                     const Module& net, LossKind kind);
     // Runs the step from a graph (capturing it first when due); false: the caller runs it eagerly.
     bool graph_step(Trainer& t, const Stream& stream, ConstView input, ConstView target, const ConstView* data_pdf);
 };
@@ -246,9 +206,9 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
 }
 
 void Trainer::Impl::forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
-                                          const ConstView* data_pdf, OptimizerBeside* beside) {
+                                          const ConstView* data_pdf) {
     if (fused_net) {
-        fused_forward_loss_backward(t, stream, input, target, *fused_net, fused_kind, beside);
+        fused_forward_loss_backward(t, stream, input, target, *fused_net, fused_kind);
         return;
     }
     const void* p = t.params();
@@ -259,7 +219,7 @@ void Trainer::Impl::forward_loss_backward(Trainer& t, const Stream& stream, Cons
 }
 
 void Trainer::Impl::fused_forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
-                                                const Module& net, LossKind kind, OptimizerBeside* beside) {
+                                                const Module& net, LossKind kind) {
     const void* p = t.params();
     View values = loss_values.view();
     const auto* nwie = &net == t.m_model.get() ? nullptr : static_cast<const NetworkWithInputEncoding*>(t.m_model.get());
@@ -282,32 +242,8 @@ void Trainer::Impl::fused_forward_loss_backward(Trainer& t, const Stream& stream
     View dL_dencoded_view = dL_dencoded.view();
     ffm::fused_loss_backward(net, stream, encoded.view(), target, kind, t.m_loss_scale, values, &dL_dencoded_view,
                              grads.data(), p);
-    void* dL_dencoding_params = static_cast<char*>(grads.data()) + off;
-    // The network's gradient, [0, off), is final here: an early prefix of the encoding's extends it.
-    std::optional<GradReadyScope> early;
-    if (beside) {
-        const size_t n_network = off / dtype_size(t.m_model->param_dtype());
-        early.emplace(stream, dL_dencoding_params,
-                      [beside, n_network](const Stream& s, size_t n_final) { beside->start(s, n_network + n_final); });
-    }
-    enc.backward(stream, *enc_ctx, input, encoded.view(), dL_dencoded.view(), nullptr, dL_dencoding_params, p_enc,
-                 GradMode::overwrite);
-}
-
-void Trainer::Impl::device_step(Trainer& t, const Stream& stream, ConstView input, ConstView target,
-                                const ConstView* data_pdf, GpuSplitStep& split, const GpuStepArgs& args) {
-    OptimizerBeside beside(split, args, g_overlap_high_priority);
-    const bool overlap = overlap_optimizer && fused_net && split.gpu_ranges();
-    forward_loss_backward(t, stream, input, target, data_pdf, overlap ? &beside : nullptr);
-    overlap_params = beside.end;
-    if (beside.end == 0) {
-        split.gpu_record(stream, args);
-        return;
-    }
-#ifdef TNN_WITH_GPU
-    split.gpu_record_range(stream, args, beside.end, t.m_optimizer->n_params());
-    gpu_bridge::stream_wait(stream, beside.side);
-#endif  // TNN_WITH_GPU
+    enc.backward(stream, *enc_ctx, input, encoded.view(), dL_dencoded.view(), nullptr,
+                 static_cast<char*>(grads.data()) + off, p_enc, GradMode::overwrite);
 }
 
 bool Trainer::Impl::graph_step(Trainer& t, const Stream& stream, ConstView input, ConstView target,
@@ -341,7 +277,8 @@ bool Trainer::Impl::graph_step(Trainer& t, const Stream& stream, ConstView input
         drop_graph();  // one graph at a time: the views of the latest steps replace the old ones
         try {
             gpu_bridge::begin_capture(stream);
-            device_step(t, stream, input, target, data_pdf, *split, args);
+            forward_loss_backward(t, stream, input, target, data_pdf);
+            split->gpu_record(stream, args);
             graph = gpu_bridge::end_capture(stream);
             graph_device = t.m_device.index;
             graph_views = views;
@@ -352,7 +289,6 @@ bool Trainer::Impl::graph_step(Trainer& t, const Stream& stream, ConstView input
             log(LogLevel::warning, msg("Trainer: capturing the training step into a graph failed, so steps run "
                                        "without graphs from now on: ", e.what()));
             // The optimizer's host half has run: finish this step eagerly.
-            overlap_params = 0;
             forward_loss_backward(t, stream, input, target, data_pdf);
             split->gpu_record(stream, args);
             return true;
@@ -379,12 +315,6 @@ bool Trainer::fused_loss() const {
     LossKind kind;
     return m_impl->fused_loss && fusable_network(*m_model, *m_loss, m_device, &kind) != nullptr;
 }
-void Trainer::set_optimizer_overlap(bool on) {
-    m_impl->overlap_optimizer = on;
-    m_impl->drop_graph();  // it holds the other schedule
-}
-bool Trainer::optimizer_overlap() const { return m_impl->overlap_optimizer; }
-size_t Trainer::optimizer_overlap_params() const { return m_impl->overlap_params; }
 uint64_t Trainer::graph_captures() const { return m_impl->captures; }
 uint64_t Trainer::graph_steps() const { return m_impl->graph_steps; }
 

@@ -4,8 +4,6 @@
 #include "optimizers/optimizer_impl.h"
 #include "optimizers/optimizer_math.h"
 
-#include <algorithm>
-
 namespace tnn {
 
 namespace {
@@ -108,14 +106,10 @@ private:
         }
         m_scalars.upload(stream, s);
     }
-    void gpu_record(const Stream& stream, const GpuStepArgs& a) override { gpu_record_range(stream, a, 0, m_n_params); }
-    bool gpu_ranges() const override { return true; }
-    void gpu_record_range(const Stream& stream, const GpuStepArgs& a, size_t begin, size_t end) override {
-        const GpuStepArgs r = a.slice(begin);
-        const size_t n = end - begin, n_matrix = m_n_matrix_params > begin ? std::min(m_n_matrix_params - begin, n) : 0;
-        optimizer_gpu::adam_step(stream, m_scalars.get(), r.loss_scale, n, n_matrix, r.gradients, r.grad_dtype,
-                                 r.weights_fp32, r.weights, r.weights_dtype, m_first_moments.data() + begin,
-                                 m_second_moments.data() + begin, m_param_steps.data() + begin);
+    void gpu_record(const Stream& stream, const GpuStepArgs& a) override {
+        optimizer_gpu::adam_step(stream, m_scalars.get(), a.loss_scale, m_n_params, m_n_matrix_params, a.gradients,
+                                 a.grad_dtype, a.weights_fp32, a.weights, a.weights_dtype, m_first_moments.data(),
+                                 m_second_moments.data(), m_param_steps.data());
     }
 
     std::vector<StateBlob> state_impl(const Stream& stream) const override {

@@ -190,11 +190,6 @@ double get_float_below(ConfigReader& reader, const char* key, double def, double
 
 GpuSplitStep* gpu_split(Optimizer& opt) { return dynamic_cast<GpuSplitStep*>(&opt); }
 
-void GpuSplitStep::gpu_record_range(const Stream&, const GpuStepArgs&, size_t, size_t) {
-    throw UnsupportedError("optimizer: stepping a range of the parameters on the GPU is supported by Adam and "
-                           "SGD only (gpu_ranges())");
-}
-
 GpuSplitStep& nested_gpu_split(Optimizer& opt) {
     GpuSplitStep* split = gpu_split(opt);
     if (!split) throw UnsupportedError(msg(opt.name(), " optimizer: no GPU implementation"));

@@ -83,14 +83,6 @@ public:
     // arguments are the same on every step with the same args, so one captured copy replays any later
     // step after its gpu_prepare.
     virtual void gpu_record(const Stream& stream, const GpuStepArgs& args) = 0;
-    // Whether gpu_record_range may be used: the update of a parameter reads only that parameter's own
-    // gradient, weight and state and this step's scalars (Adam, SGD; not the wrappers, Novograd's
-    // group norms or Composite's slices).
-    virtual bool gpu_ranges() const { return false; }
-    // The device half over parameters [begin, end) only (gpu_ranges()): the Trainer steps a prefix
-    // whose gradient is final beside the rest of the backward (core/grad_ready.h) and the rest after
-    // it. Ranges covering [0, n) once give gpu_record's bits.
-    virtual void gpu_record_range(const Stream& stream, const GpuStepArgs& args, size_t begin, size_t end);
     // The array that holds this optimizer's inference weights whenever inference_weights_fp32() is not
     // nullptr (it is that array then), or nullptr if it never has any.
     virtual const float* gpu_inference_buffer() const { return nullptr; }

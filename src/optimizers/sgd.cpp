@@ -53,12 +53,9 @@ private:
         }
         m_scalars.upload(stream, s);
     }
-    void gpu_record(const Stream& stream, const GpuStepArgs& a) override { gpu_record_range(stream, a, 0, m_n_params); }
-    bool gpu_ranges() const override { return true; }
-    void gpu_record_range(const Stream& stream, const GpuStepArgs& a, size_t begin, size_t end) override {
-        const GpuStepArgs r = a.slice(begin);
-        optimizer_gpu::sgd_step(stream, m_scalars.get(), r.loss_scale, end - begin, r.gradients, r.grad_dtype,
-                                r.weights_fp32, r.weights, r.weights_dtype);
+    void gpu_record(const Stream& stream, const GpuStepArgs& a) override {
+        optimizer_gpu::sgd_step(stream, m_scalars.get(), a.loss_scale, m_n_params, a.gradients, a.grad_dtype,
+                                a.weights_fp32, a.weights, a.weights_dtype);
     }
 
     std::vector<StateBlob> state_impl(const Stream&) const override {

@@ -1,5 +1,4 @@
 // Core: fp16/bf16 conversions, devices, config reader, otype registry, thread pool, pcg32, views.
-#include "core/grad_ready.h"
 #include "core/parallel.h"
 #include "test_util.h"
 
@@ -192,33 +191,4 @@ TEST(Runtime, CpuOnlyFacts) {
         EXPECT_EQ(gpu_device_count(), 0);
         EXPECT_THROW(Buffer(Device::gpu(0), 16), UnsupportedError);
     }
-}
-
-// GradReadyScope (core/grad_ready.h): a backward claims the open scope only for the scope's stream and
-// dL/dparams array, once; nested scopes hide the outer one until they close.
-TEST(GradReadyScope, ClaimedOnceForItsStreamAndArray) {
-    float grads[4] = {}, other[4] = {};
-    int stream_handle = 0;
-    const Stream s = Stream::gpu(&stream_handle, 0), t = Stream::gpu(&other, 0), u = Stream::gpu(&stream_handle, 1);
-    EXPECT_EQ(GradReadyScope::claim(s, grads), nullptr) << "no scope open";
-    size_t told = 0;
-    {
-        GradReadyScope scope(s, grads, [&](const Stream&, size_t n) { told = n; });
-        EXPECT_EQ(GradReadyScope::claim(s, other), nullptr) << "another array";
-        EXPECT_EQ(GradReadyScope::claim(t, grads), nullptr) << "another stream";
-        EXPECT_EQ(GradReadyScope::claim(u, grads), nullptr) << "another device";
-        EXPECT_EQ(GradReadyScope::claim(Stream::cpu(), grads), nullptr) << "the CPU";
-        EXPECT_FALSE(scope.used());
-        {
-            GradReadyScope inner(s, other, [](const Stream&, size_t) {});
-            EXPECT_EQ(GradReadyScope::claim(s, grads), nullptr) << "the inner scope is the open one";
-        }
-        GradReadyScope::Ready* ready = GradReadyScope::claim(s, grads);
-        ASSERT_NE(ready, nullptr);
-        EXPECT_TRUE(scope.used());
-        (*ready)(s, 3);
-        EXPECT_EQ(told, 3u);
-        EXPECT_EQ(GradReadyScope::claim(s, grads), nullptr) << "claimed once";
-    }
-    EXPECT_EQ(GradReadyScope::claim(s, grads), nullptr) << "closed";
 }

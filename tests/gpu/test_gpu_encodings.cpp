@@ -6,8 +6,6 @@
 // kernel variants, global switch), load paths, accumulate mode, strided views, graph capture, streams.
 #include "gpu_test_util.h"
 
-#include "core/gpu_bridge.h"
-#include "core/grad_ready.h"
 #include "encodings/grid_gpu.h"
 #include "encodings/grid_math.h"
 
@@ -16,7 +14,6 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -1164,97 +1161,6 @@ TEST(GridGpu, TrainingStepReplaysFromACapturedGraph) {
             expect_same_bits(to_float(download(dx)), to_float(want.dL_dx), "graph replay dL/dinput");
         }
     }
-}
-
-// A GradReadyScope around the backward (core/grad_ready.h; the Trainer steps its optimizer beside the
-// grid's last group of levels). Four levels of 4096 entries (F = 2) and no shared-memory levels, in
-// groups of two levels: the scope is told once, before the last group, that the values of levels 0-1
-// (16384, whole 128-byte lines of the fp32 scratch) are final. A copy of them queued on a stream forked
-// at that point holds the final gradient's bits although the gradient starts as NaN; the gradient
-// matches the reference (fast path) or the bits of a backward without the scope (deterministic). No
-// call with dL/dinput requested, with one group of levels, or for another array.
-TEST(GridGpu, GradReadyScopeGetsTheLevelsBeforeTheLastGroup) {
-    TNN_SKIP_WITHOUT_GPU();
-    SwitchGuard guard;
-    const EncodingCase c = grid_case("hash3d_f2_L4_groups", 3,
-                                     grid_config("HashGrid", {{"n_levels", 4}, {"log2_hashmap_size", 12}}), 2000);
-    const Device gpu = Device::gpu(0);
-    TestStream stream(gpu);
-    for (const bool det : {false, true})
-        for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-            SCOPED_TRACE(msg(det ? "deterministic " : "fast ", dtype_name(dtype)));
-            json config = c.config;
-            config["deterministic"] = det;
-            const auto enc = create_encoding(c.n_dims, config, dtype);
-            const int64_t n = static_cast<int64_t>(enc->n_params());
-            ASSERT_EQ(n, 4 * 4096 * 2);
-            const EncodingData data = make_data(c, *enc, dtype, 61);
-            const DeviceInputs in = upload_inputs(c, *enc, data, gpu);
-            Tensor y(c.batch, enc->n_output_dims(), dtype, gpu), dx(c.batch, c.n_dims, DType::f32, gpu);
-            const size_t bytes = dtype_size(dtype);
-            // Levels of 32 KiB of fp32 scratch (fast) or 64 KiB of fixed point (deterministic) per group
-            // of two; groups of 32 MiB (the default) hold all four.
-            const int two_levels = det ? 128 : 64;
-            // Runs the backward into a NaN-filled gradient; with `scope_on` (this gradient or another
-            // array), a scope whose callback copies the values it is told of on a forked stream.
-            struct Run {
-                std::vector<double> grad, early_copy;
-                int calls = 0;
-                size_t n_final = 0;
-            };
-            auto run = [&](int group_kib, bool scope_on, bool other_array, bool with_dx) {
-                grid_gpu::set_variant(variant_with([&](auto& v) {
-                    v.shared_kib = 0;
-                    v.level_group_kib = group_kib;
-                }));
-                Tensor dp(1, n, dtype, gpu), copy(1, n, dtype, gpu), other(1, n, dtype, gpu);
-                fill(stream, dp.view(), std::numeric_limits<double>::quiet_NaN());
-                fill(stream, copy.view(), 0.0);
-                Run r;
-                Stream side;
-                {
-                    std::optional<GradReadyScope> scope;
-                    if (scope_on)
-                        scope.emplace(stream, other_array ? other.data() : dp.data(), [&](const Stream& s, size_t k) {
-                            ++r.calls;
-                            r.n_final = k;
-                            side = gpu_bridge::side_stream(s, false);
-                            gpu_bridge::stream_wait(side, s);
-                            gpu_bridge::memcpy(side, copy.data(), dp.data(), k * bytes);
-                        });
-                    auto ctx = enc->forward(stream, in.x.view(), y.view(), in.p.data(), false);
-                    View dx_view = dx.view();
-                    enc->backward(stream, *ctx, in.x.view(), y.view(), in.g.view(), with_dx ? &dx_view : nullptr,
-                                  dp.data(), in.p.data(), GradMode::overwrite);
-                }
-                if (r.calls > 0) gpu_bridge::stream_wait(stream, side);
-                stream.stream().synchronize();
-                grid_gpu::set_variant({});
-                r.grad = download(dp);
-                r.early_copy = download(copy);
-                return r;
-            };
-            const Run told = run(two_levels, true, false, false);
-            EXPECT_EQ(told.calls, 1);
-            EXPECT_EQ(told.n_final, size_t(2 * 4096 * 2)) << "levels 0 and 1";
-            const size_t k = std::min(told.n_final, static_cast<size_t>(n));
-            expect_same_bits(to_float(std::vector<double>(told.early_copy.begin(), told.early_copy.begin() + k)),
-                             to_float(std::vector<double>(told.grad.begin(), told.grad.begin() + k)),
-                             "the values the scope was told of, copied then, against the final gradient");
-            if (det) {
-                const Run plain = run(two_levels, false, false, false);
-                expect_same_bits(to_float(told.grad), to_float(plain.grad), "deterministic gradient with and without the scope");
-            } else {
-                const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
-                const EncodingResult ref =
-                    run_encoding(*create_encoding(c.n_dims, config, DType::f64), Stream::cpu(), data, c.batch);
-                compare(told.grad, ref.dL_dparams, naive.dL_dparams, error_model(c, *enc).dL_dparams,
-                        "dL/dparams with the scope");
-            }
-            EXPECT_EQ(run(two_levels, true, false, true).calls, 0) << "dL/dinput reads the parameters after";
-            EXPECT_EQ(run(0, true, false, false).calls, 0) << "one group of levels";
-            EXPECT_EQ(run(two_levels, true, true, false).calls, 0) << "a scope for another array";
-        }
 }
 
 // The fast gradient of 16-bit grids (fp32 scratch, converted at the end; on sm_90 the conversion drops

@@ -352,35 +352,6 @@ TEST_P(GpuOptimizers, DeviceHalfReplaysFromAGraph) {
     expect_same_state(graphed.optimizer().state(graphed.stream()), eager.optimizer().state(eager.stream()), true,
                       c.name + " state after graph replays");
 }
-
-// The device half over ranges of the parameters (the Trainer's optimizer beside the backward): Adam and
-// SGD stepped over [0, 4097), [4097, 12003) and [12003, n) -- starts off the four-parameter units, the
-// matrix boundary (12000) inside the middle range -- give gpu_record's bits, step after step; the
-// optimizers without ranges refuse them.
-TEST_P(GpuOptimizers, RangesGiveTheWholeStepsBits) {
-    const auto& [c, d] = GetParam();
-    TNN_SKIP_WITHOUT_GPU();
-    Rig whole(c, d, Device::gpu(0)), ranged(c, d, Device::gpu(0));
-    GpuSplitStep* split = gpu_split(ranged.optimizer());
-    ASSERT_NE(split, nullptr);
-    const std::string otype = c.config.value("otype", std::string());
-    if (!split->gpu_ranges()) {
-        EXPECT_TRUE(otype != "Adam" && otype != "SGD") << c.name;
-        EXPECT_THROW(split->gpu_record_range(ranged.stream(), ranged.args(), 0, kParams), UnsupportedError);
-        return;
-    }
-    EXPECT_TRUE(otype == "Adam" || otype == "SGD") << c.name;
-    const std::vector<Snapshot> want = run_steps(whole, 0, kSteps);
-    for (int k = 0; k < kSteps; ++k) {
-        ranged.upload_gradients(k);
-        split->gpu_prepare(ranged.stream(), ranged.args(), true);
-        const size_t cuts[] = {0, 4097, 12003, kParams};
-        for (size_t i = 0; i + 1 < 4; ++i) split->gpu_record_range(ranged.stream(), ranged.args(), cuts[i], cuts[i + 1]);
-        expect_same_snapshot(ranged.snapshot(), want[k], msg(c.name, " ranged step ", k + 1));
-    }
-    expect_same_state(ranged.optimizer().state(ranged.stream()), whole.optimizer().state(whole.stream()), true,
-                      c.name + " state after ranged steps");
-}
 #endif  // TNN_WITH_GPU
 
 std::string opt_case_name(const ::testing::TestParamInfo<OptCaseParam>& info) {

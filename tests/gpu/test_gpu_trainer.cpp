@@ -4,9 +4,6 @@
 // input. Models whose modules have no GPU kernels in this build are skipped with the reason.
 #include "gpu_test_util.h"
 
-#include "encodings/grid_gpu.h"
-#include "model/trainer_tuning.h"
-
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -563,89 +560,6 @@ TEST(GpuTrainerFusedLoss, OnlyWhereTheKernelsCarryIt) {
     EXPECT_TRUE(loss_bits_equal(t->loss(stream), plain->loss(stream)));
     expect_same_bits(t->params_host(stream), plain->params_host(stream), "a step with a pdf");
 }
-
-// ---- The optimizer beside the backward (Trainer::set_optimizer_overlap).
-
-#ifdef TNN_WITH_GPU
-// A hash grid of four levels of 4096 entries in two groups of levels (grid variant: groups of two
-// levels, no shared-memory levels) feeding a FullyFusedMLP, trained with the fused step from graphs.
-// Deterministic gradient: trainers with the overlap on (high and default priority) and off give the same
-// losses and weights bit for bit, and the overlapping ones step the network and the grid's first two
-// levels early. Fast gradient: the same count. Adam's wrappers (EMA) step everything after the backward.
-TEST(GpuTrainerOptimizerOverlap, SameBitsWithAndWithout) {
-    TNN_SKIP_WITHOUT_GPU();
-    struct Restore {
-        ~Restore() {
-            grid_gpu::set_variant({});
-            trainer_tuning::set_overlap_high_priority(true);
-        }
-    } restore;
-    grid_gpu::Variant groups;
-    groups.shared_kib = 0;
-    groups.level_group_kib = 128;  // two levels of fixed point (64 KiB each), four of fp32 scratch
-    grid_gpu::set_variant(groups);
-    const json adam = {{"otype", "Adam"}, {"learning_rate", 1e-2}};
-    for (const bool det : {true, false}) {
-        const ModelCase m{"HashGrid_FullyFusedMLP", relu_fused_mlp(),
-                          {{"otype", "HashGrid"}, {"n_levels", 4}, {"log2_hashmap_size", 12}, {"base_resolution", 16},
-                           {"per_level_scale", 2.0}, {"deterministic", det}}};
-        SKIP_UNLESS_GPU_MODEL(m);
-        SCOPED_TRACE(det ? "deterministic" : "fast");
-        // Fast gradient: groups of two fp32 levels (32 KiB each).
-        groups.level_group_kib = det ? 128 : 64;
-        grid_gpu::set_variant(groups);
-        auto on = make_trainer(build_model(m), adam, Device::gpu(0));
-        auto off = make_trainer(build_model(m), adam, Device::gpu(0));
-        auto wrapped = make_trainer(build_model(m), {{"otype", "EMA"}, {"decay", 0.9}, {"nested", adam}}, Device::gpu(0));
-        off->set_optimizer_overlap(false);
-        ASSERT_TRUE(on->optimizer_overlap()) << "on by default";
-        const auto& model = static_cast<const NetworkWithInputEncoding&>(on->model());
-        ASSERT_EQ(model.encoding().n_params(), size_t(4 * 4096 * 2));
-        const size_t early = model.network().n_params() + 2 * 4096 * 2;
-        std::vector<std::unique_ptr<Trainer>> normal_priority;
-        if (det) {
-            trainer_tuning::set_overlap_high_priority(false);  // read at capture: the third step below
-            normal_priority.push_back(make_trainer(build_model(m), adam, Device::gpu(0)));
-        }
-        TestStream s1(Device::gpu(0)), s2(Device::gpu(0)), s3(Device::gpu(0)), s4(Device::gpu(0));
-        Batch b(777, DType::f32, Device::gpu(0));
-        for (int k = 0; k < 6; ++k) {
-            b.load(s1, k);
-            if (det) {
-                normal_priority[0]->step(s4, b.x.view(), b.y.view());
-                s4.stream().synchronize();
-                // It captured at the third step (k = 2) with the default priority; the others capture next.
-                if (k == 2) trainer_tuning::set_overlap_high_priority(true);
-            }
-            on->step(s1, b.x.view(), b.y.view());
-            s1.stream().synchronize();
-            off->step(s2, b.x.view(), b.y.view());
-            s2.stream().synchronize();
-            wrapped->step(s3, b.x.view(), b.y.view());
-            s3.stream().synchronize();
-            const double a = on->loss(s1), c = off->loss(s2);
-            EXPECT_TRUE(std::isfinite(a)) << "step " << k + 1;
-            if (det) {
-                EXPECT_TRUE(loss_bits_equal(a, c)) << "loss of step " << k + 1 << ": " << a << " vs " << c;
-                const double d = normal_priority[0]->loss(s4);
-                EXPECT_TRUE(loss_bits_equal(a, d)) << "normal priority, loss of step " << k + 1;
-            }
-        }
-        EXPECT_EQ(on->graph_captures(), 1u);
-        EXPECT_EQ(on->optimizer_overlap_params(), early) << "the network and grid levels 0-1";
-        EXPECT_EQ(off->optimizer_overlap_params(), 0u);
-        EXPECT_EQ(wrapped->optimizer_overlap_params(), 0u) << "EMA steps no ranges";
-        if (det) {
-            EXPECT_EQ(normal_priority[0]->optimizer_overlap_params(), early);
-            expect_same_bits(on->params_host(s1), off->params_host(s2), "weights with and without the overlap");
-            expect_same_bits(on->params_host(s1), normal_priority[0]->params_host(s4), "weights, normal priority");
-            const auto sa = on->optimizer().state(s1), sb = off->optimizer().state(s2);
-            ASSERT_EQ(sa.size(), sb.size());
-            for (size_t i = 0; i < sa.size(); ++i) EXPECT_TRUE(sa[i].bytes == sb[i].bytes) << sa[i].name;
-        }
-    }
-}
-#endif  // TNN_WITH_GPU
 
 TEST(GpuTrainerErrors, BadInputIsRefusedBeforeAndAfterCapture) {
     SKIP_UNLESS_GPU_MODEL(portable());
