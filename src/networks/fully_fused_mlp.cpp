@@ -34,6 +34,13 @@ int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes) 
     return 2;
 }
 
+int dx_store_values(const void* dx, int64_t stride, int elem_bytes, int cap) {
+    // A row size of 8 bytes: 16-byte units would need 16-byte rows, so 8 bytes is the widest answer.
+    int v = std::max(1, copy_vector_bytes(dx, stride * elem_bytes, 8) / elem_bytes);
+    if (cap > 0) v = std::min(v, cap >= 4 ? 4 : cap >= 2 ? 2 : 1);
+    return v;
+}
+
 namespace {
 
 std::mutex g_override_mutex;

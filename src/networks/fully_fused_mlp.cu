@@ -228,11 +228,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
     if (dL_dinput) {
         a.dx = dL_dinput->data;
         a.dx_stride = dL_dinput->stride;
-        // The widest store whose bytes divide the rows' start and pitch, up to the kernel's widest (8
-        // bytes: 4 16-bit values or 2 fp32), at least one value (copy_vector_bytes' floor is 2 bytes).
-        const int b = a.in_f32 ? 4 : 2;
-        a.dx_vec = std::max(1, copy_vector_bytes(a.dx, a.dx_stride * b, 8) / b);
-        if (o.dx_values > 0) a.dx_vec = std::min(a.dx_vec, o.dx_values);
+        a.dx_vec = dx_store_values(a.dx, a.dx_stride, a.in_f32 ? 4 : 2, o.dx_values);
     }
     const int64_t n_params = a.shape.n_params();
     const int sm_count = gpu::device_properties(device).sm_count;

@@ -279,7 +279,7 @@ struct PlanOverride {
     bool dy_global = false;  // the backward reads dL/doutput (and the fused step its target) in place in
                              // the output layer: no dy rows in shared memory (backward_reads_dy_in_place)
     bool no_wgmma = false;   // never the wgmma backward kernel (the mma.sync one instead)
-    int dx_values = 0;       // values per dL/dinput store at most (1 or 2; 0: what the rows allow, KernelArgs::dx_vec)
+    int dx_values = 0;       // values per dL/dinput store at most (1, 2 or 4; 0: what the rows allow; dx_store_values)
 };
 void set_plan_override(const PlanOverride& o);
 PlanOverride plan_override();
@@ -383,7 +383,9 @@ bool wgmma_backward_available(int device, DType dtype, int width = 64);
 // The backward plan the last gpu_backward call of this process launched (a test hook: which kernel,
 // tiles and target mode a call took).
 BackwardPlan last_backward_plan();
-// ... and the values per dL/dinput store it took (KernelArgs::dx_vec; 0: the call had no dL/dinput).
+// ... and the values per dL/dinput store it gave the kernel (KernelArgs::dx_vec; 0: the launch had no
+// dL/dinput). Calls that launch nothing (no rows, nothing to write) leave both as they were; the gfx12
+// kernels store one value at a time whatever it says.
 int last_backward_dx_vec();
 #endif  // TNN_WITH_GPU
 
@@ -397,6 +399,11 @@ void fused_loss_backward(const Module& model, const Stream& stream, ConstView in
 
 // Largest of 16/8/4/2 bytes dividing the address, the row pitch and the row size of a tensor.
 int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes);
+// dL/dinput values per store of the CUDA backward kernels (KernelArgs::dx_vec) for rows at `dx`,
+// `stride` elements of elem_bytes apart: the widest store of at most 8 bytes whose bytes divide the rows'
+// start and pitch (4 16-bit values, 2, or 1), capped by `cap` (PlanOverride::dx_values; 0: no cap; other
+// caps round down to 4, 2 or 1).
+int dx_store_values(const void* dx, int64_t stride, int elem_bytes, int cap);
 
 // ---- One (dtype, width) instantiation of the kernels, defined in
 // src/networks/instantiations/fully_fused_w<W>_<dtype>.cu. H is the host storage type (half or

@@ -936,6 +936,24 @@ TEST(FusedPlan, CopyVectorWidth) {
     EXPECT_EQ(ffm::copy_vector_bytes(buf, 6, 6), 2);     // 3 fp16 per row
 }
 
+// dx_store_values (KernelArgs::dx_vec), against the kernel's conditions written out: v values per store
+// need rows that start on a multiple of v * elem_bytes and a pitch of a multiple of v values; 4 values
+// only for 16-bit elements (8 bytes, the widest store); a cap rounds down to 4, 2 or 1.
+TEST(FusedPlan, InputGradientStoreValues) {
+    alignas(16) static char buf[256];
+    for (int b : {2, 4})
+        for (int offset = 0; offset < 16; ++offset)
+            for (int64_t stride = 1; stride <= 40; ++stride)
+                for (int cap = -1; cap <= 6; ++cap) {
+                    const char* p = buf + offset;
+                    auto fits = [&](int v) { return offset % (v * b) == 0 && stride % v == 0; };
+                    int want = b == 2 && fits(4) ? 4 : fits(2) ? 2 : 1;
+                    if (cap > 0) want = std::min(want, cap >= 4 ? 4 : cap >= 2 ? 2 : 1);
+                    EXPECT_EQ(ffm::dx_store_values(p, stride, b, cap), want)
+                        << "element bytes " << b << ", offset " << offset << ", stride " << stride << ", cap " << cap;
+                }
+}
+
 TEST(FullyFusedMLP, ConfigErrorsNameTheAlternatives) {
     auto expect_error = [](const json& cfg, const char* type, const std::string& needle) {
         try {

@@ -583,11 +583,12 @@ TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
                         Tensor gp(1, int64_t(net->n_params()), dtype, dev);
                         fill(stream, g.view(), kSentinel);
                         View gv = g.view().cols_slice(0, c.n_in);
+                        // Rows of a multiple of 4 columns (the pitch) from an 8-byte aligned start: by default
+                        // 4 values per store for a 16-bit dL/dinput, 2 for fp32 (8 bytes either way); a cap
+                        // of 2 or 1 is taken as is.
+                        ASSERT_EQ(reinterpret_cast<uintptr_t>(gv.data) % 8, 0u) << what;
                         ffm::fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(), &gv,
                                                  gp.data(), p.data());
-                        // Rows of a multiple of 4 columns from an aligned allocation: by default 4 values per
-                        // store for a 16-bit dL/dinput, 2 for fp32 (8 bytes either way); a cap is taken as is.
-                        ASSERT_EQ(reinterpret_cast<uintptr_t>(gv.data) % 8, 0u) << what;
                         EXPECT_EQ(ffm::last_backward_dx_vec(), kCaps[i] ? kCaps[i] : c.input_in_network_dtype ? 4 : 2)
                             << what << " fused step, cap " << kCaps[i];
                         stream.stream().synchronize();
