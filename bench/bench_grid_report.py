@@ -166,7 +166,7 @@ def model_floor_ms(m, main, fl):
     if m["config"].get("encoding") != main["config"]:
         return None
     b, net, train = m["batch"], m["config"]["network"], m["pass"] != "inference"
-    grid_pass = ("fwd_bwd_det" if m["pass"].endswith("_det") else "fwd_bwd") if train else "forward"
+    grid_pass = ("fwd_bwd_det" if "_det" in m["pass"] else "fwd_bwd") if train else "forward"
     grid = floor_ms(dict(main, batch=b, **{"pass": grid_pass}), fl)[0] / 1e3
     n_in = main["config"]["n_levels"] * main["config"]["n_features_per_level"]
     w, hidden = net["n_neurons"], net["n_hidden_layers"]
@@ -298,7 +298,9 @@ def main(out_dir):
             md.append(f"| error | 2^{int(math.log2(m['batch']))} | {m['error']} | | | | | | | | |")
             continue
         log2 = int(math.log2(m["batch"]))
-        tc, jit = TCNN_MODEL.get((m["pass"].replace("_det", "").replace("_unfused", "").replace("_mlp_two_tiles", "").replace("_dx_one_value", "").replace("_dx_pairs", ""), log2), (None, None))
+        # Every variant of the training step against tcnn's training step.
+        base = "train_step" if m["pass"].startswith("train_step") else m["pass"]
+        tc, jit = TCNN_MODEL.get((base, log2), (None, None))
         sp = jit / m["ms"] if jit else None
         target = ""
         if m["pass"] == "train_step" and log2 == 20:

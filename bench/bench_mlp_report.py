@@ -79,10 +79,8 @@ def main(out_dir):
         if "ms" not in r:
             rows.append({"label": r.get("label"), "error": r.get("error")})
             continue
-        auto = (r["variant"]["forward_warps"] == 0 and r["variant"]["backward_warps"] == 0
-                and not r["variant"].get("generic", False) and not r["variant"].get("backward_m_tiles", 0)
-                and not r["variant"].get("dy_global", False) and not r["variant"].get("fused_target_global", False)
-                and not r["variant"].get("no_wgmma", False) and not r["variant"].get("dx_values", 0))
+        # The automatic plan: every field of bench_mlp.cpp's variant at its default (0 / false).
+        auto = not any(r["variant"].values())
         io, flops = floors(r)
         floor_ms = max(io / COPY_BW, flops / FP16_PEAK) * 1e3
         row = {"label": r["label"], "pass": r["pass"], "batch": r["batch"], "what": r["what"], "ms": r["ms"],
