@@ -1,0 +1,290 @@
+// Probe for issue #9's deterministic gradient: can sm_90's bulk reductions from shared memory
+// (cp.reduce.async.bulk ... .add.u64, issued by one thread for 16 or 32 contiguous bytes) carry the
+// 64-bit fixed-point contributions of an x-pair with fewer L2 operations than today's per-lane
+// red.global.add.u64? A standalone program (no library code): the figures decide whether a kernel is
+// worth writing (bench/notes_grid.md section 16).
+//
+// Today's deterministic corner kernel (a thread per (row, feature)) sends an entry's two u64 words
+// from two lanes of one instruction; the L2 takes such a merged request at about 1.4 single
+// reductions' worth (section 8), and integer reductions have no vector form. A bulk reduction moves
+// up to a whole x-pair (two 16-byte entries when they are contiguous) in one operation, but it is
+// issued by the TMA unit, whose rate for small operations is unknown: that is what this measures.
+//
+// Every pattern adds into one level of 2^19 entries of F = 2 u64 words (8 MiB, L2-resident), rows at
+// random entries (m = x ^ (x + 1) for the x-neighbour, as the CoherentPrime hash gives), and checks
+// that the sum of all words equals the number of values added (each value is 1).
+// Build: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a bench/bulk_reduce_probe.cu -o bulk_reduce_probe
+// Run:   ./bulk_reduce_probe [out.json]   (prints a table; exit 1 if a sum is wrong)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#define CHECK(call)                                                                                     \
+    do {                                                                                                \
+        const cudaError_t e_ = (call);                                                                  \
+        if (e_ != cudaSuccess) {                                                                        \
+            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            std::exit(2);                                                                               \
+        }                                                                                               \
+    } while (0)
+
+constexpr uint32_t kEntries = 1u << 19;  // one level of the main row
+constexpr int kThreads = 256;
+constexpr int kRing = 4;  // staged bulk operations in flight per thread
+
+__device__ __forceinline__ uint32_t mix(uint32_t x) {  // a cheap integer hash: random addresses
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+// The x-pair of item k of pair q: entry e0 and its neighbour e1 = e0 ^ m.
+__device__ __forceinline__ void xpair(uint32_t q, int k, uint32_t& e0, uint32_t& e1) {
+    const uint32_t r = mix(q * 64u + uint32_t(k));
+    const uint32_t x = mix(r ^ 0x9e3779b9u);
+    e0 = r & (kEntries - 1);
+    e1 = e0 ^ ((x ^ (x + 1)) & (kEntries - 1));
+}
+
+__device__ __forceinline__ void red_u64(unsigned long long* p, unsigned long long v) {
+    asm volatile("red.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// Stages n (2 or 4) words of 1 at shared address s and reduces them into global p (bytes = 8 n).
+__device__ __forceinline__ void bulk_add(unsigned long long* p, uint32_t s, uint32_t n) {
+    const unsigned long long one = 1;
+    asm volatile("st.shared.v2.u64 [%0], {%1, %2};" ::"r"(s), "l"(one), "l"(one) : "memory");
+    if (n == 4) asm volatile("st.shared.v2.u64 [%0], {%1, %2};" ::"r"(s + 16), "l"(one), "l"(one) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], %2;" ::"l"(p), "r"(s),
+                 "r"(8 * n)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+// Pattern 0, today's deterministic kernel: a thread per (pair, feature); each lane adds its feature's
+// word of e0 and of e1 (the two lanes of a pair are merged into one request per entry).
+__global__ void lanes_kernel(unsigned long long* acc, int per_thread) {
+    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x, q = t >> 1, f = t & 1;
+    for (int k = 0; k < per_thread; ++k) {
+        uint32_t e0, e1;
+        xpair(q, k, e0, e1);
+        red_u64(acc + 2 * size_t(e0) + f, 1);
+        red_u64(acc + 2 * size_t(e1) + f, 1);
+    }
+}
+
+// Pattern 1: a thread per pair, its four words as four single reductions.
+__global__ void one_lane_kernel(unsigned long long* acc, int per_thread) {
+    const uint32_t q = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int k = 0; k < per_thread; ++k) {
+        uint32_t e0, e1;
+        xpair(q, k, e0, e1);
+        red_u64(acc + 2 * size_t(e0), 1);
+        red_u64(acc + 2 * size_t(e0) + 1, 1);
+        red_u64(acc + 2 * size_t(e1), 1);
+        red_u64(acc + 2 * size_t(e1) + 1, 1);
+    }
+}
+
+// Pattern 2 (MERGE): a thread per pair, bulk reductions: one of 32 bytes when e0 and e1 are adjacent
+// entries, else two of 16. Pattern 3 (!MERGE): always two of 16 bytes.
+template <bool MERGE> __global__ void bulk_kernel(unsigned long long* acc, int per_thread) {
+    __shared__ __align__(16) unsigned long long stage[kThreads * kRing * 4];
+    const uint32_t q = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long* mine = stage + threadIdx.x * kRing * 4;
+    for (int k = 0; k < per_thread; ++k) {
+        uint32_t e0, e1;
+        xpair(q, k, e0, e1);
+        bulk_wait_read<kRing - 1>();  // the slot of k - kRing has been read
+        const uint32_t s = smem_addr(mine + (k % kRing) * 4);
+        const uint32_t lo = min(e0, e1);
+        if (MERGE && (e0 ^ e1) == 1u) {
+            bulk_add(acc + 2 * size_t(lo), s, 4);
+        } else {
+            bulk_add(acc + 2 * size_t(e0), s, 2);
+            bulk_add(acc + 2 * size_t(e1), s + 16, 2);
+        }
+        bulk_commit();
+    }
+    bulk_wait_all();
+}
+
+// Pattern 7 (mixed): a thread per (pair, feature) as today, but a pair of adjacent entries leaves as
+// one bulk reduction of 32 bytes from the lane of feature 0 (the other lane idles), other pairs as
+// today's red.u64 per lane. Shows whether the bulk path (the TMA) and the lanes' reductions add up
+// or overlap.
+__global__ void mixed_kernel(unsigned long long* acc, int per_thread) {
+    __shared__ __align__(16) unsigned long long stage[kThreads * kRing * 4];
+    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x, q = t >> 1, f = t & 1;
+    unsigned long long* mine = stage + threadIdx.x * kRing * 4;
+    for (int k = 0; k < per_thread; ++k) {
+        uint32_t e0, e1;
+        xpair(q, k, e0, e1);
+        if ((e0 ^ e1) == 1u) {
+            if (f == 0) {
+                bulk_wait_read<kRing - 1>();
+                bulk_add(acc + 2 * size_t(min(e0, e1)), smem_addr(mine + (k % kRing) * 4), 4);
+                bulk_commit();
+            }
+        } else {
+            red_u64(acc + 2 * size_t(e0) + f, 1);
+            red_u64(acc + 2 * size_t(e1) + f, 1);
+        }
+    }
+    bulk_wait_all();
+}
+
+// Pattern 8 (concurrent): even warps issue bulk reductions of 16 bytes, odd warps red.u64, at random
+// entries, per_thread each: against the two alone (patterns 4 and 6 at half the threads), tells
+// whether the TMA's rate or the L2 bounds the bulk path.
+__global__ void concurrent_kernel(unsigned long long* acc, int per_thread) {
+    __shared__ __align__(16) unsigned long long stage[kThreads * kRing * 4];
+    const uint32_t q = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long* mine = stage + threadIdx.x * kRing * 4;
+    if ((threadIdx.x >> 5) & 1u) {
+        for (int k = 0; k < per_thread; ++k) red_u64(acc + (mix(q * 64u + uint32_t(k)) & (2 * kEntries - 1)), 1);
+        return;
+    }
+    for (int k = 0; k < per_thread; ++k) {
+        const uint32_t e = mix(q * 64u + uint32_t(k)) & (kEntries - 1);
+        bulk_wait_read<kRing - 1>();
+        bulk_add(acc + 2 * size_t(e), smem_addr(mine + (k % kRing) * 4), 2);
+        bulk_commit();
+    }
+    bulk_wait_all();
+}
+
+// Pattern 4: single bulk reductions of 16 bytes at random entries (the rate of the primitive).
+// Pattern 5: of 32 bytes at random aligned entry pairs.
+template <uint32_t N> __global__ void bulk_random_kernel(unsigned long long* acc, int per_thread) {
+    __shared__ __align__(16) unsigned long long stage[kThreads * kRing * 4];
+    const uint32_t q = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long* mine = stage + threadIdx.x * kRing * 4;
+    for (int k = 0; k < per_thread; ++k) {
+        const uint32_t e = mix(q * 64u + uint32_t(k)) & (kEntries - 1) & (N == 4 ? ~1u : ~0u);
+        bulk_wait_read<kRing - 1>();
+        bulk_add(acc + 2 * size_t(e), smem_addr(mine + (k % kRing) * 4), N);
+        bulk_commit();
+    }
+    bulk_wait_all();
+}
+
+// Pattern 6: single red.global.add.u64 at random words (reference for one lane reduction).
+__global__ void red_random_kernel(unsigned long long* acc, int per_thread) {
+    const uint32_t q = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int k = 0; k < per_thread; ++k) red_u64(acc + (mix(q * 64u + uint32_t(k)) & (2 * kEntries - 1)), 1);
+}
+
+__global__ void sum_kernel(const unsigned long long* acc, size_t n, unsigned long long* out) {
+    unsigned long long s = 0;
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        s += acc[i];
+    atomicAdd(out, s);
+}
+
+struct Result {
+    std::string name, unit;
+    double ms, per_s;
+    bool sum_ok;
+};
+
+int main(int argc, char** argv) {
+    cudaDeviceProp prop{};
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major < 9) {
+        std::fprintf(stderr, "bulk_reduce_probe: needs sm_90 (found sm_%d%d)\n", prop.major, prop.minor);
+        return 2;
+    }
+    unsigned long long *acc = nullptr, *sum = nullptr;
+    const size_t words = 2 * size_t(kEntries);
+    CHECK(cudaMalloc(&acc, words * 8));
+    CHECK(cudaMalloc(&sum, 8));
+    cudaEvent_t t0, t1;
+    CHECK(cudaEventCreate(&t0));
+    CHECK(cudaEventCreate(&t1));
+    const int per_thread = 8, blocks = (1 << 22) / kThreads;
+    const double threads = double(blocks) * kThreads;
+    std::vector<Result> results;
+    // Times `launch` (fastest of 7 after a warm-up) and checks the words' sum against `values`
+    // (one launch's worth, from a zeroed level).
+    auto run = [&](const char* name, const char* unit, double items, double values, auto launch) {
+        CHECK(cudaMemset(acc, 0, words * 8));
+        launch();
+        CHECK(cudaGetLastError());
+        CHECK(cudaMemset(sum, 0, 8));
+        sum_kernel<<<264, 256>>>(acc, words, sum);
+        unsigned long long got = 0;
+        CHECK(cudaMemcpy(&got, sum, 8, cudaMemcpyDeviceToHost));
+        float best = 1e30f;
+        for (int i = 0; i < 7; ++i) {
+            CHECK(cudaEventRecord(t0));
+            launch();
+            CHECK(cudaEventRecord(t1));
+            CHECK(cudaEventSynchronize(t1));
+            float ms = 0;
+            CHECK(cudaEventElapsedTime(&ms, t0, t1));
+            best = std::min(best, ms);
+        }
+        results.push_back({name, unit, best, items / (best * 1e-3), got == static_cast<unsigned long long>(values)});
+    };
+    const double pairs_lanes = threads / 2 * per_thread, pairs = threads * per_thread;
+    run("lanes_u64 (today: a lane per feature, 2 x red.u64)", "x-pairs", pairs_lanes, pairs_lanes * 4,
+        [&] { lanes_kernel<<<blocks, kThreads>>>(acc, per_thread); });
+    run("one_lane_u64 (a lane per pair, 4 x red.u64)", "x-pairs", pairs, pairs * 4,
+        [&] { one_lane_kernel<<<blocks, kThreads>>>(acc, per_thread); });
+    run("bulk_merged (32 B when adjacent, else 2 x 16 B)", "x-pairs", pairs, pairs * 4,
+        [&] { bulk_kernel<true><<<blocks, kThreads>>>(acc, per_thread); });
+    run("bulk_entries (2 x 16 B)", "x-pairs", pairs, pairs * 4,
+        [&] { bulk_kernel<false><<<blocks, kThreads>>>(acc, per_thread); });
+    run("bulk16_random", "ops", pairs, pairs * 2, [&] { bulk_random_kernel<2><<<blocks, kThreads>>>(acc, per_thread); });
+    run("bulk32_random", "ops", pairs, pairs * 4, [&] { bulk_random_kernel<4><<<blocks, kThreads>>>(acc, per_thread); });
+    run("red_u64_random", "ops", pairs, pairs, [&] { red_random_kernel<<<blocks, kThreads>>>(acc, per_thread); });
+    // The mixed pattern adds 4 values per pair either way.
+    run("mixed (32 B bulk when adjacent, else today's lanes)", "x-pairs", pairs_lanes, pairs_lanes * 4,
+        [&] { mixed_kernel<<<blocks, kThreads>>>(acc, per_thread); });
+    run("bulk16_random, half the threads", "ops", pairs / 2, pairs, [&] {
+        bulk_random_kernel<2><<<blocks / 2, kThreads>>>(acc, per_thread);
+    });
+    run("red_u64_random, half the threads", "ops", pairs / 2, pairs / 2,
+        [&] { red_random_kernel<<<blocks / 2, kThreads>>>(acc, per_thread); });
+    run("concurrent: half bulk16, half red_u64 (both counted)", "ops", pairs, pairs / 2 * 3,
+        [&] { concurrent_kernel<<<blocks, kThreads>>>(acc, per_thread); });
+
+    bool ok = true;
+    std::printf("| pattern | unit | ms | G per s | sum |\n|---|---|---|---|---|\n");
+    for (const Result& r : results) {
+        std::printf("| %s | %s | %.3f | %.1f | %s |\n", r.name.c_str(), r.unit.c_str(), r.ms, r.per_s * 1e-9,
+                    r.sum_ok ? "ok" : "WRONG");
+        ok = ok && r.sum_ok;
+    }
+    if (argc > 1) {
+        FILE* f = std::fopen(argv[1], "w");
+        if (!f) {
+            std::fprintf(stderr, "cannot write %s\n", argv[1]);
+            return 2;
+        }
+        std::fprintf(f, "{\"device\": \"%s\", \"results\": [", prop.name);
+        for (size_t i = 0; i < results.size(); ++i)
+            std::fprintf(f, "%s{\"pattern\": \"%s\", \"unit\": \"%s\", \"ms\": %.6f, \"per_s\": %.6e, \"sum_ok\": %s}",
+                         i ? ", " : "", results[i].name.c_str(), results[i].unit.c_str(), results[i].ms,
+                         results[i].per_s, results[i].sum_ok ? "true" : "false");
+        std::fprintf(f, "]}\n");
+        std::fclose(f);
+    }
+    return ok ? 0 : 1;
+}
