@@ -556,17 +556,24 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
         ffm::PlanOverride two_tiles, dx_one, dx_pairs;
         two_tiles.backward_m_tiles = 2;
         dx_one.dx_values = 1, dx_pairs.dx_values = 2;
+        // "train_step_det_no_bulk": the deterministic step with the grid's x-pairs as 64-bit reductions per
+        // lane instead of bulk reductions (grid_gpu::Variant::det_bulk, twenty-first session).
         struct Variant {
             bool det, fused;
             const char* pass;
             ffm::PlanOverride mlp_plan = {};
+            int det_bulk = -1;
         };
         for (const Variant& v : {Variant{false, true, "train_step"}, Variant{false, false, "train_step_unfused"},
                                  Variant{true, true, "train_step_det"}, Variant{false, true, "train_step_mlp_two_tiles", two_tiles},
                                  Variant{false, true, "train_step_dx_one_value", dx_one},
-                                 Variant{false, true, "train_step_dx_pairs", dx_pairs}}) {
+                                 Variant{false, true, "train_step_dx_pairs", dx_pairs},
+                                 Variant{true, true, "train_step_det_no_bulk", {}, 0}}) {
             const bool default_plan = !v.mlp_plan.backward_m_tiles && !v.mlp_plan.dx_values;
             const ffm::PlanOverrideScope scope(v.mlp_plan);
+            grid_gpu::Variant grid_variant;
+            grid_variant.det_bulk = v.det_bulk;
+            grid_gpu::set_variant(grid_variant);  // before the trainer captures its graph; reset below
             const bool det = v.det;
             json c = config;
             c["encoding"]["deterministic"] = det;
@@ -595,8 +602,10 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
                 record("inference",
                        time_calls(s, o, [&] { trainer.model().inference(s, x.view(), y.view(), trainer.params()); }),
                        "model inference");
+            grid_gpu::set_variant({});
         }
     } catch (const std::exception& ex) {
+        grid_gpu::set_variant({});
         results.push_back({{"label", label}, {"batch", batch}, {"error", ex.what()}});
         std::printf("%-34s ERROR %s\n", label.c_str(), ex.what());
     }
@@ -791,6 +800,11 @@ int main(int argc, char** argv) {
     bench_row(fast, o, s, results, variant([](auto& v) { v.fast_mapping = 1; v.slot_pairs = 0; }),
               "fast_corner_lanes_no_slot_pairs");
     bench_row(det, o, s, results, variant([](auto& v) { v.det_mapping = 1; }), "det_feature_lanes");
+    // Twenty-first session: the deterministic gradient's x-pairs of adjacent entries as one sm_90 bulk
+    // reduction each (on by default on CUDA devices) against 64-bit reductions per lane (section 16 of
+    // bench/notes_grid.md), the backward alone and inside forward + backward.
+    bench_row(main_row({"backward_det", "fwd_bwd_det"}), o, s, results, variant([](auto& v) { v.det_bulk = 0; }),
+              "det_no_bulk");
     // (48 and 64 MiB were slower still in run 77: 1.170 and 1.391 ms against 0.986.)
     for (int mib : {8, 16})
         bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }),

@@ -8,6 +8,7 @@
 #include <tnn/runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -114,6 +115,21 @@ bool det_shared_words(const Variant& v) {
     return false;
 #else
     return v.det_shared_words != 0;
+#endif  // TNN_WITH_HIP
+}
+
+// Whether the deterministic gradient sends x-pairs of adjacent entries as bulk reductions
+// (Variant::det_bulk; FixedBulkPairSink). Run 10x (H200, main row at 2^20): ... Bulk reductions are an
+// NVIDIA feature.
+std::atomic<uint64_t> g_bulk_pair_launches{0};
+bool det_bulk(const Variant& v) {
+#if defined(TNN_WITH_HIP)
+    if (v.det_bulk > 0)
+        throw UnsupportedError("grid encoding (GPU): Variant::det_bulk (bulk reductions from shared memory) is "
+                               "built for NVIDIA GPUs only");
+    return false;
+#else
+    return v.det_bulk != 0;
 #endif  // TNN_WITH_HIP
 }
 
@@ -392,8 +408,13 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     int mapping = var.det_mapping;
     if (mapping < 0) mapping = F > 1 ? 3 : one_corner ? 0 : 2;
     if (mapping == 3 && F > 1) {
-        for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(unsigned long long), var))
-            L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc, exponents);
+        // Bulk pairs: F = 2, first order, 16-byte aligned entries (16 bytes each; temporary buffers are).
+        const bool bulk = F == 2 && !second && det_bulk(var) && aligned(acc, 16);
+        for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(unsigned long long), var)) {
+            L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc, exponents,
+                                           bulk);
+            if (bulk && group.count > 0) g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
+        }
     } else if (mapping == 2) {
         if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
                                         exponents))  // 2^D * F > kThreads: one thread per feature
@@ -428,6 +449,8 @@ Variant variant() {
     std::lock_guard<std::mutex> lock(g_variant_mutex);
     return g_variant;
 }
+
+uint64_t bulk_pair_launches() { return g_bulk_pair_launches.load(std::memory_order_relaxed); }
 
 void forward(const GridDesc& g, const Stream& stream, ConstView input, View output, const void* params,
              uint32_t n_active) {

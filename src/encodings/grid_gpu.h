@@ -241,9 +241,17 @@ struct Variant {
                                  // evict-last after the call)
     int discard_scratch = 1;     // with l2_hints 1: the conversion drops the fp32 scratch's lines from L2
                                  // once read (no write-back, no evict-last lines left); 0 keeps them
+    int det_bulk = -1;           // deterministic gradient, a thread per (row, feature) over groups of levels,
+                                 // F = 2, first order: 1 sends an x-pair of adjacent entries (32 contiguous
+                                 // bytes) as one sm_90 bulk reduction from shared memory, 0 as 64-bit integer
+                                 // reductions per lane; the same bits either way (-1: 1 on CUDA devices, where
+                                 // pre-sm_90 builds issue the atomics; 0 on AMD GPUs, where 1 is an
+                                 // UnsupportedError)
 };
 void set_variant(const Variant& v);
 Variant variant();
+// Test hook: launches of the deterministic gradient's bulk-pair kernel (Variant::det_bulk) so far.
+uint64_t bulk_pair_launches();
 
 }  // namespace tnn::grid_gpu
 #endif  // TNN_WITH_GPU

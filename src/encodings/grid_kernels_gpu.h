@@ -524,6 +524,94 @@ struct FixedLaneSink {
     }
 };
 
+// The lanes of the calling thread's warp whose rows exist, for the corner kernels and the bulk pairs (rows
+// of kCorners consecutive lanes, row0 the block's first): the rows that exist come first, so the lanes are a prefix.
+// An explicit mask, as the shuffles of add_lanes need (__activemask would not promise that the lanes of
+// a pair are converged there).
+template <uint32_t kCorners>
+__device__ __forceinline__ unsigned row_lanes(int64_t row0, int64_t rows) {
+    const int64_t left = rows - (row0 + int64_t(threadIdx.x & ~31u) / kCorners);
+    const int64_t n = left * kCorners;
+    return n >= 32 ? 0xFFFFFFFFu : n <= 0 ? 0u : (1u << n) - 1u;
+}
+
+// sm_90's bulk reductions (cp.reduce.async.bulk): `BulkRing` of a thread sends 32 contiguous bytes of
+// 64-bit integers from its ring of shared slots to global memory as one operation of the TMA unit,
+// where integer reductions from lanes have no vector form. The L2 takes one such operation at about the
+// cost of a request merged from two lanes (75 G/s against 104 G/s for a single reduction; bench/
+// bulk_reduce_probe.cu, runs 104-105 of 2026-12-02). A slot is reused only once the operation that
+// read it last has read it (wait_group.read: at most kBulkRing - 1 pending); finish() waits for every
+// operation to complete before the thread exits. Elsewhere (other architectures, the host pass) the
+// four values go as integer atomics: the same sums.
+#if defined(TNN_WITH_CUDA)
+constexpr uint32_t kBulkRing = 4;
+struct BulkRing {
+    uint32_t slots;  // shared address of the thread's kBulkRing slots of 32 bytes
+    uint32_t count;  // operations issued
+    __device__ __forceinline__ void add4(unsigned long long* dst, long long a, long long b, long long c,
+                                         long long d) {
+#if defined(TNN_WITH_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if (count >= kBulkRing) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kBulkRing - 1) : "memory");
+        const uint32_t s = slots + (count % kBulkRing) * 32u;
+        asm volatile("st.shared.v2.u64 [%0], {%1, %2};" ::"r"(s), "l"(a), "l"(b) : "memory");
+        asm volatile("st.shared.v2.u64 [%0], {%1, %2};" ::"r"(s + 16u), "l"(c), "l"(d) : "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], 32;" ::"l"(dst), "r"(s)
+                     : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        ++count;
+#else
+        const long long v[4] = {a, b, c, d};
+        for (int i = 0; i < 4; ++i)
+            if (v[i] != 0) atomicAdd(dst + i, static_cast<unsigned long long>(v[i]));
+#endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
+    }
+    __device__ __forceinline__ void finish() const {
+#if defined(TNN_WITH_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if (count != 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
+    }
+};
+
+// Fixed point, F = 2, first order, a thread per (row, feature) as FixedLaneSink (Variant::det_bulk): an
+// x-pair whose entries are adjacent (CoherentPrime levels whenever the cell's x is even, dense levels
+// always) fills 32 contiguous bytes, both entries' two words, and leaves as one bulk reduction from the
+// lane of feature 0 (its neighbour lane's two values by shuffle) instead of two requests merged from two
+// lanes each; other pairs as FixedLaneSink. The integers are the same, so the sums and bits are.
+// `lanes`: the warp's lanes whose rows exist (row_lanes), all of which call add_pair together.
+struct FixedBulkPairSink {
+    unsigned long long* level;  // the level's accumulator: entry i's words at level + 2 i
+    int k;
+    uint32_t f;  // the thread's feature
+    unsigned lanes;
+    BulkRing* ring;  // feature 0's lanes issue
+    template <uint32_t N> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[N]) const {
+        const long long q = to_fixed_point(w * g[0], k);
+        if (q != 0) atomicAdd(level + 2 * size_t(i) + f, static_cast<unsigned long long>(q));
+    }
+    template <uint32_t N>
+    __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[N]) const {
+        const long long q0 = to_fixed_point(w0 * g[0], k), q1 = to_fixed_point(w1 * g[0], k);
+        const long long o0 = __shfl_xor_sync(lanes, q0, 1), o1 = __shfl_xor_sync(lanes, q1, 1);
+        if (i1 == i0 + 1u || i0 == i1 + 1u) {
+            if (f == 0) {
+                if (i0 < i1) ring->add4(level + 2 * size_t(i0), q0, o0, q1, o1);
+                else ring->add4(level + 2 * size_t(i1), q1, o1, q0, o0);
+            }
+            return;
+        }
+        if (q0 != 0) atomicAdd(level + 2 * size_t(i0) + f, static_cast<unsigned long long>(q0));
+        if (q1 != 0) atomicAdd(level + 2 * size_t(i1) + f, static_cast<unsigned long long>(q1));
+    }
+};
+
+// The calling thread's ring of slots among a block's ROWS rings (one per row: its lane of feature 0 issues).
+template <uint32_t ROWS> __device__ __forceinline__ BulkRing bulk_ring(uint32_t slot_row) {
+    __shared__ alignas(16) unsigned long long slots[ROWS * kBulkRing * 4];
+    return BulkRing{static_cast<uint32_t>(__cvta_generic_to_shared(slots + slot_row * kBulkRing * 4)), 0};
+}
+#endif  // TNN_WITH_CUDA
+
 // The largest per-row sum of |contribution| of a block (all of one level), for the fixed-point scale.
 // max_f |g_f|, or NaN when a g_f is NaN (fmaxf drops NaN, and a NaN gradient must still be seen).
 template <uint32_t F> __device__ __forceinline__ float max_abs_keep_nan(const float (&g)[F]) {
@@ -811,17 +899,27 @@ __global__ void __launch_bounds__(kThreads)
 
 // The same over several levels: a thread per (row, feature) adds its feature's contributions at every
 // level of `list` (a group of levels whose accumulators stay in L2 together), reading the row's x (and
-// v) once for all of them; blocks hold kThreads / F rows.
-template <typename T, uint32_t D, uint32_t F, bool SECOND>
+// v) once for all of them; blocks hold kThreads / F rows. BULK (F = 2, first order; acc 16-byte
+// aligned): x-pairs of adjacent entries as bulk reductions (FixedBulkPairSink), kBulkRing slots of 32
+// bytes per row in shared memory.
+template <typename T, uint32_t D, uint32_t F, bool SECOND, bool BULK = false>
 __global__ void __launch_bounds__(kThreads)
     grid_param_grad_lanes_levels_kernel(const KernelArgs a, const LevelList list, int64_t rows,
                                         const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
                                         int64_t v_stride, const T* __restrict__ g, GradLayout g_layout,
                                         unsigned long long* __restrict__ acc, const int* __restrict__ exponents) {
     constexpr uint32_t kRowsPerBlock = kThreads / F;
-    const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / F;
+    const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock, row = row0 + threadIdx.x / F;
     const uint32_t f = threadIdx.x % F;
     if (row >= rows) return;
+#if defined(TNN_WITH_CUDA)
+    static_assert(!BULK || (F == 2 && !SECOND), "bulk pairs: F = 2, first order");
+    BulkRing ring{0, 0};
+    unsigned lanes = 0;
+    if constexpr (BULK) ring = bulk_ring<kRowsPerBlock>(threadIdx.x / F), lanes = row_lanes<F>(row0, rows);
+#else
+    static_assert(!BULK, "bulk reductions: NVIDIA sm_90");
+#endif  // TNN_WITH_CUDA
     float xr[D], vr[D];
     TNN_UNROLL
     for (uint32_t d = 0; d < D; ++d) {
@@ -834,9 +932,19 @@ __global__ void __launch_bounds__(kThreads)
         if (k == kNonFiniteExponent) continue;  // the conversion writes NaN for the level
         const LevelInfo& L = a.levels[level];
         const float gv[1] = {to_acc(g[g_layout.at(row, level) + f])};
+#if defined(TNN_WITH_CUDA)
+        if constexpr (BULK) {
+            const FixedBulkPairSink sink{acc + size_t(L.offset) * F, k, f, lanes, &ring};
+            row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, sink);
+            continue;
+        }
+#endif  // TNN_WITH_CUDA
         const FixedLaneSink sink{acc + size_t(L.offset) * F + f, F, k};
         row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, sink);
     }
+#if defined(TNN_WITH_CUDA)
+    if constexpr (BULK) ring.finish();
+#endif  // TNN_WITH_CUDA
 }
 
 // Corner `corner` of a row at a level: its entry and weight (as row_contributions computes them);
@@ -884,17 +992,6 @@ __device__ __forceinline__ bool corner_contribution(const KernelArgs& a, const L
         entry = corner_entry<D>(a, L, corner_terms<D>(L, p.cell, factors), p.cell, corner);
         return true;
     }
-}
-
-// The lanes of the calling thread's warp whose rows exist, for the corner kernels (rows of kCorners
-// consecutive lanes, row0 the block's first): the rows that exist come first, so the lanes are a prefix.
-// An explicit mask, as the shuffles of add_lanes need (__activemask would not promise that the lanes of
-// a pair are converged there).
-template <uint32_t kCorners>
-__device__ __forceinline__ unsigned row_lanes(int64_t row0, int64_t rows) {
-    const int64_t left = rows - (row0 + int64_t(threadIdx.x & ~31u) / kCorners);
-    const int64_t n = left * kCorners;
-    return n >= 32 ? 0xFFFFFFFFu : n <= 0 ? 0u : (1u << n) - 1u;
 }
 
 // A corner kernel's reduction: FloatSink::Level::add_lanes where the level's slots allow it and every
@@ -1494,9 +1591,11 @@ struct Launchers {
     void (*param_grad_fixed_lanes)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                    const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                    unsigned long long* acc, const int* exponents);
+    // bulk: x-pairs of adjacent entries as bulk reductions where the kernel has them (F = 2, first order;
+    // Variant::det_bulk; NVIDIA only, acc 16-byte aligned).
     void (*param_grad_fixed_lane_levels)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                          const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
-                                         unsigned long long* acc, const int* exponents);
+                                         unsigned long long* acc, const int* exponents, bool bulk);
     bool (*param_grad_fixed_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                      const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                      unsigned long long* acc, const int* exponents);
@@ -1637,13 +1736,26 @@ template <uint32_t D> Launchers make_launchers() {
     };
     l.param_grad_fixed_lane_levels = [](const Call& c, DType dtype, uint32_t n_features, bool second,
                                         const LevelList& list, const float* v, int64_t v_stride, const void* g,
-                                        GradLayout g_layout, unsigned long long* acc, const int* exponents) {
+                                        GradLayout g_layout, unsigned long long* acc, const int* exponents,
+                                        bool bulk) {
         if (list.count == 0) return;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
             const auto blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kThreads / F));
             const T* gt = static_cast<const T*>(g);
+#if defined(TNN_WITH_CUDA)
+            if constexpr (F == 2) {
+                if (bulk && !second) {
+                    grid_param_grad_lanes_levels_kernel<T, D, F, false, true><<<blocks, kThreads, 0, c.stream>>>(
+                            *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
+                    TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_levels_kernel (bulk pairs)");
+                    return;
+                }
+            }
+#else
+            (void)bulk;  // grid.cu refuses Variant::det_bulk = 1 on AMD GPUs
+#endif  // TNN_WITH_CUDA
             dispatch_bool(second, [&](auto sec) {
                 constexpr bool SECOND = decltype(sec)::value;
                 grid_param_grad_lanes_levels_kernel<T, D, F, SECOND><<<blocks, kThreads, 0, c.stream>>>(

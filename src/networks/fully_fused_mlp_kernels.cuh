@@ -1300,6 +1300,9 @@ __device__ __forceinline__ void dw_cols_wgmma(const T* dz, const T* act, int out
 // - dx_vec 2: a lane's two adjacent columns in one 4- or 8-byte store (fp32: a quad's stores cover 32
 //   contiguous bytes);
 // - else, and where a store would reach past n_in, one value per store.
+// Two values already rounded by from_acc, packed. Not pack2: from_acc<bf16> keeps a NaN's upper bits,
+// which pack2's paired conversion (cvt.rn.bf16x2.f32) need not, so a pair store could write other NaN
+// bits than the one-value store beside it (same rounding for every other value).
 template <typename T> __device__ __forceinline__ uint32_t pack_bits(T lo, T hi) {
     uint16_t a, b;
     memcpy(&a, &lo, sizeof(a));

@@ -96,6 +96,18 @@ const std::vector<EncodingCase>& encoding_cases() {
                                                        {"base_resolution", 4}, {"per_level_scale", 1.5},
                                                        {"deterministic", true}}),
                               1000));
+        // Deterministic F = 2 grids whose levels are too large for shared memory: the global kernel's
+        // x-pairs of adjacent entries as bulk reductions on NVIDIA GPUs (Variant::det_bulk), hashed and
+        // dense levels, batches that end inside a warp.
+        v.push_back(grid_case("hash3d_f2_deterministic_global", 3,
+                              grid_config("HashGrid", {{"n_levels", 4}, {"log2_hashmap_size", 14},
+                                                       {"base_resolution", 8}, {"per_level_scale", 2.0},
+                                                       {"deterministic", true}}),
+                              3001));
+        v.push_back(grid_case("dense3d_f2_deterministic_global", 3,
+                              grid_config("DenseGrid", {{"n_levels", 2}, {"base_resolution", 24},
+                                                        {"per_level_scale", 1.5}, {"deterministic", true}}),
+                              2001));
         v.push_back(grid_case("hash2d_f4_smoothstep", 2,
                               grid_config("HashGrid", {{"n_levels", 4}, {"n_features_per_level", 4},
                                                        {"log2_hashmap_size", 10}, {"base_resolution", 8},
@@ -532,7 +544,9 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
                 variant_with([](auto& v) { v.det_shared_words = 1; }),
                 variant_with([](auto& v) { v.det_shared_words = 1; v.shared_kib = 100; }),
 #endif  // TNN_WITH_CUDA
-                variant_with([](auto& v) { v.det_shared_words = 0; })};
+                variant_with([](auto& v) { v.det_shared_words = 0; }),
+                variant_with([](auto& v) { v.det_bulk = 0; }),
+                variant_with([](auto& v) { v.det_bulk = 0; v.shared_kib = 0; })};
             for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult e = run_encoding(*enc, stream, data, c.batch);
@@ -552,6 +566,61 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
             expect_same_bits(to_float(a.y), to_float(b.y), "output run to run");
             expect_same_bits(to_float(a.dL_dx), to_float(b.dL_dx), "dL/dinput run to run");
         }
+}
+
+// The deterministic gradient's bulk pairs (Variant::det_bulk, NVIDIA): an x-pair of adjacent entries sent
+// as one bulk reduction of 32 bytes from shared memory gives the bits of the per-lane 64-bit reductions:
+// hashed and dense levels (adjacent 1 time in 2 / always), Smoothstep, 2-D and 6-D grids, batches that
+// end inside a warp (the shuffles' lane masks), thousands of pairs per thread ring, levels in one group
+// or one per group, and with the shared-memory levels on or off. The hook checks that the bulk kernel
+// ran, and did not run when switched off.
+TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
+    TNN_SKIP_WITHOUT_GPU();
+#if !defined(TNN_WITH_CUDA)
+    GTEST_SKIP() << "bulk reductions are built for NVIDIA GPUs only";
+#else
+    SwitchGuard guard;
+    std::vector<EncodingCase> cases = {case_named("hash3d_f2_deterministic_global"),
+                                       case_named("dense3d_f2_deterministic_global"),
+                                       case_named("hash3d_f2_deterministic"), case_named("hash6d_f2_deterministic")};
+    cases.push_back(grid_case("hash2d_f2_smoothstep_deterministic", 2,
+                              grid_config("HashGrid", {{"n_levels", 6}, {"log2_hashmap_size", 15},
+                                                       {"base_resolution", 16}, {"per_level_scale", 2.0},
+                                                       {"interpolation", "Smoothstep"}, {"deterministic", true}}),
+                              50001));
+    for (const EncodingCase& c : cases)
+        for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+            SCOPED_TRACE(msg(c.name, " ", dtype_name(dtype)));
+            const auto enc = create_encoding(c.n_dims, c.config, dtype);
+            const EncodingData data = make_data(c, *enc, dtype, 17);
+            TestStream stream(Device::gpu(0));
+            for (const int shared_kib : {-1, 0})
+                for (const int group_kib : {0, 64}) {
+                    SCOPED_TRACE(msg("shared_kib ", shared_kib, ", level_group_kib ", group_kib));
+                    auto with = [&](int bulk) {
+                        return variant_with([&](auto& v) {
+                            v.shared_kib = shared_kib;
+                            v.level_group_kib = group_kib;
+                            v.det_bulk = bulk;
+                        });
+                    };
+                    grid_gpu::set_variant(with(0));
+                    const uint64_t before = grid_gpu::bulk_pair_launches();
+                    const EncodingResult lanes = run_encoding(*enc, stream, data, c.batch);
+                    EXPECT_EQ(grid_gpu::bulk_pair_launches(), before) << "det_bulk = 0 launched the bulk kernel";
+                    grid_gpu::set_variant(with(-1));
+                    const EncodingResult bulk = run_encoding(*enc, stream, data, c.batch);
+                    grid_gpu::set_variant({});
+                    if (shared_kib == 0)  // every level global: the bulk kernel must have run
+                        EXPECT_GT(grid_gpu::bulk_pair_launches(), before) << "the default did not take bulk pairs";
+                    expect_same_bits(to_float(lanes.dL_dparams), to_float(bulk.dL_dparams), "dL/dparams, bulk pairs");
+                    expect_same_bits(to_float(lanes.dL_dparams2), to_float(bulk.dL_dparams2), "dL'/dparams");
+                    size_t nonzero = 0;
+                    for (double g : bulk.dL_dparams) nonzero += g != 0.0;
+                    EXPECT_GT(nonzero, bulk.dL_dparams.size() / 8) << "most entries should receive something";
+                }
+        }
+#endif  // TNN_WITH_CUDA
 }
 
 // Kernel variants (load paths, shared-memory levels, vector atomics) all match the reference; the
