@@ -60,11 +60,11 @@ __device__ __forceinline__ void red_u64(unsigned long long* p, unsigned long lon
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
-// Stages n (2 or 4) words of 1 at shared address s and reduces them into global p (bytes = 8 n).
+// Stages n (an even number of) words of 1 at shared address s and reduces them into global p (bytes = 8 n).
 __device__ __forceinline__ void bulk_add(unsigned long long* p, uint32_t s, uint32_t n) {
     const unsigned long long one = 1;
-    asm volatile("st.shared.v2.u64 [%0], {%1, %2};" ::"r"(s), "l"(one), "l"(one) : "memory");
-    if (n == 4) asm volatile("st.shared.v2.u64 [%0], {%1, %2};" ::"r"(s + 16), "l"(one), "l"(one) : "memory");
+    for (uint32_t w = 0; w < n; w += 2)
+        asm volatile("st.shared.v2.u64 [%0], {%1, %2};" ::"r"(s + 8 * w), "l"(one), "l"(one) : "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], %2;" ::"l"(p), "r"(s),
                  "r"(8 * n)
@@ -184,6 +184,98 @@ template <uint32_t N> __global__ void bulk_random_kernel(unsigned long long* acc
     bulk_wait_all();
 }
 
+// Pattern 9: bulk reductions of N words at random N-word-aligned places (dynamic shared memory: kRing
+// slots of 8 N bytes per thread), the rate against the size.
+template <uint32_t N> __global__ void bulk_sized_kernel(unsigned long long* acc, int per_thread) {
+    extern __shared__ __align__(16) unsigned long long dyn[];
+    const uint32_t q = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long* mine = dyn + threadIdx.x * kRing * N;
+    for (int k = 0; k < per_thread; ++k) {
+        const uint32_t e = mix(q * 64u + uint32_t(k)) & (kEntries - 1) & ~(N / 2 - 1);
+        bulk_wait_read<kRing - 1>();
+        bulk_add(acc + 2 * size_t(e), smem_addr(mine + (k % kRing) * N), N);
+        bulk_commit();
+    }
+    bulk_wait_all();
+}
+
+// Pattern 10 (mixed4): as pattern 7, and pairs with m = 3 (entries e and e ^ 3, both in one aligned block
+// of 4 entries) as one bulk reduction of the whole 64-byte block, zeros for the two other entries
+// (integer sums do not change). A ring of 64-byte slots per pair (static: 128 pairs per block).
+__global__ void mixed4_kernel(unsigned long long* acc, int per_thread) {
+    __shared__ __align__(16) unsigned long long stage[kThreads / 2 * kRing * 8];
+    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x, q = t >> 1, f = t & 1;
+    const uint32_t slots = smem_addr(stage + (threadIdx.x >> 1) * kRing * 8);
+    int issued = 0;
+    for (int k = 0; k < per_thread; ++k) {
+        uint32_t e0, e1;
+        xpair(q, k, e0, e1);
+        const uint32_t m = e0 ^ e1;
+        if (m == 1u || m == 3u) {
+            if (f == 0) {
+                if (issued >= kRing) bulk_wait_read<kRing - 1>();
+                const uint32_t s = slots + (issued % kRing) * 64;
+                const uint32_t n = m == 1u ? 4 : 8, base = e0 & ~(m);
+                // the block's words: 1 for e0 and e1, 0 for the others (m = 3)
+                for (uint32_t w = 0; w < n; w += 2) {
+                    const uint32_t entry = base + w / 2;
+                    const unsigned long long v = (entry == e0 || entry == e1) ? 1ull : 0ull;
+                    asm volatile("st.shared.v2.u64 [%0], {%1, %2};" ::"r"(s + 8 * w), "l"(v), "l"(v) : "memory");
+                }
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], %2;" ::"l"(
+                                 acc + 2 * size_t(base)),
+                             "r"(s), "r"(8 * n)
+                             : "memory");
+                bulk_commit();
+                ++issued;
+            }
+        } else {
+            red_u64(acc + 2 * size_t(e0) + f, 1);
+            red_u64(acc + 2 * size_t(e1) + f, 1);
+        }
+    }
+    bulk_wait_all();
+}
+
+// Pattern 11 (arrays): as pattern 7, and pairs with m = 3 (ARRAYS >= 2) and m = 7 (ARRAYS >= 3) as one
+// bulk reduction of 32 bytes too, into a second / third level-sized array laid out so that e and e ^ m
+// share a 32-byte block (position (e & ~m) | 2 min(v, v ^ m) | (v > v ^ m), v = e & m); the conversion
+// would add the arrays. Other pairs as today's lanes.
+__device__ __forceinline__ uint32_t xpair_position(uint32_t e, uint32_t m) {
+    const uint32_t v = e & m, w = v ^ m;
+    return (e & ~m) | (2u * min(v, w)) | (v > w ? 1u : 0u);
+}
+template <int ARRAYS> __global__ void arrays_kernel(unsigned long long* acc, unsigned long long* b3,
+                                                    unsigned long long* b7, int per_thread) {
+    __shared__ __align__(16) unsigned long long stage[kThreads / 2 * kRing * 4];
+    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x, q = t >> 1, f = t & 1;
+    const uint32_t slots = smem_addr(stage + (threadIdx.x >> 1) * kRing * 4);
+    int issued = 0;
+    for (int k = 0; k < per_thread; ++k) {
+        uint32_t e0, e1;
+        xpair(q, k, e0, e1);
+        const uint32_t m = e0 ^ e1;
+        unsigned long long* base = nullptr;
+        if (m == 1u) base = acc;
+        if (ARRAYS >= 2 && m == 3u) base = b3;
+        if (ARRAYS >= 3 && m == 7u) base = b7;
+        if (base) {
+            if (f == 0) {
+                if (issued >= kRing) bulk_wait_read<kRing - 1>();
+                const uint32_t pos = xpair_position(e0, m) & ~1u;
+                bulk_add(base + 2 * size_t(pos), slots + (issued % kRing) * 32, 4);
+                bulk_commit();
+                ++issued;
+            }
+        } else {
+            red_u64(acc + 2 * size_t(e0) + f, 1);
+            red_u64(acc + 2 * size_t(e1) + f, 1);
+        }
+    }
+    bulk_wait_all();
+}
+
 // Pattern 6: single red.global.add.u64 at random words (reference for one lane reduction).
 __global__ void red_random_kernel(unsigned long long* acc, int per_thread) {
     const uint32_t q = blockIdx.x * blockDim.x + threadIdx.x;
@@ -264,6 +356,50 @@ int main(int argc, char** argv) {
         [&] { red_random_kernel<<<blocks / 2, kThreads>>>(acc, per_thread); });
     run("concurrent: half bulk16, half red_u64 (both counted)", "ops", pairs, pairs / 2 * 3,
         [&] { concurrent_kernel<<<blocks, kThreads>>>(acc, per_thread); });
+    run("mixed4 (32 B bulk for m = 1, 64 B for m = 3, else lanes)", "x-pairs", pairs_lanes, pairs_lanes * 4,
+        [&] { mixed4_kernel<<<blocks, kThreads>>>(acc, per_thread); });
+    {  // the extra arrays: the sum over all three is checked (acc's sum checks only acc)
+        unsigned long long *b3 = nullptr, *b7 = nullptr;
+        CHECK(cudaMalloc(&b3, words * 8));
+        CHECK(cudaMalloc(&b7, words * 8));
+        for (int arrays : {2, 3}) {
+            CHECK(cudaMemset(b3, 0, words * 8));
+            CHECK(cudaMemset(b7, 0, words * 8));
+            auto launch = [&] {
+                if (arrays == 2) arrays_kernel<2><<<blocks, kThreads>>>(acc, b3, b7, per_thread);
+                else arrays_kernel<3><<<blocks, kThreads>>>(acc, b3, b7, per_thread);
+            };
+            CHECK(cudaMemset(acc, 0, words * 8));
+            launch();
+            CHECK(cudaMemset(sum, 0, 8));
+            for (unsigned long long* p : {acc, b3, b7}) sum_kernel<<<264, 256>>>(p, words, sum);
+            unsigned long long got = 0;
+            CHECK(cudaMemcpy(&got, sum, 8, cudaMemcpyDeviceToHost));
+            float best = 1e30f;
+            for (int i = 0; i < 7; ++i) {
+                CHECK(cudaEventRecord(t0));
+                launch();
+                CHECK(cudaEventRecord(t1));
+                CHECK(cudaEventSynchronize(t1));
+                float ms = 0;
+                CHECK(cudaEventElapsedTime(&ms, t0, t1));
+                best = std::min(best, ms);
+            }
+            results.push_back({arrays == 2 ? "arrays: m = 1 in acc, m = 3 in a second array (32 B bulk), else lanes"
+                                           : "arrays: m = 1, 3, 7 in three arrays (32 B bulk), else lanes",
+                               "x-pairs", best, pairs_lanes / (best * 1e-3), got == static_cast<unsigned long long>(pairs_lanes * 4)});
+        }
+        CHECK(cudaFree(b3));
+        CHECK(cudaFree(b7));
+    }
+    auto sized = [&](auto kernel, uint32_t n, const char* name) {
+        const int bytes = kThreads * kRing * int(n) * 8;
+        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        run(name, "ops", pairs, pairs * n, [&] { kernel<<<blocks, kThreads, bytes>>>(acc, per_thread); });
+    };
+    sized(bulk_sized_kernel<4>, 4, "bulk 32 B, dynamic shared memory");
+    sized(bulk_sized_kernel<8>, 8, "bulk 64 B");
+    sized(bulk_sized_kernel<16>, 16, "bulk 128 B");
 
     bool ok = true;
     std::printf("| pattern | unit | ms | G per s | sum |\n|---|---|---|---|---|\n");
