@@ -407,21 +407,12 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     // level, feature) 2.010 ms, per (row, level, corner, feature) 2.221 ms, per (row, level) 2.896 ms.
     int mapping = var.det_mapping;
     if (mapping < 0) mapping = F > 1 ? 3 : one_corner ? 0 : 2;
-    Buffer acc3_buffer;  // the second arrays (Variant::det_xpair_arrays), laid out like acc
-    unsigned long long* acc3 = nullptr;
     if (mapping == 3 && F > 1) {
         // Bulk pairs: F = 2, first order, 16-byte aligned entries (16 bytes each; temporary buffers are).
         const bool bulk = F == 2 && !second && det_bulk(var) && aligned(acc, 16);
-        if (bulk && var.det_xpair_arrays != 0 && plan.global.count > 0) {
-            acc3_buffer = Buffer::temporary(stream, n * sizeof(unsigned long long));
-            acc3 = static_cast<unsigned long long*>(acc3_buffer.data());
-            zero(stream, acc3, n * sizeof(unsigned long long));
-        }
-        // With second arrays a level's accumulators take twice the L2.
-        const size_t entry_bytes = (acc3 ? 2 : 1) * F * sizeof(unsigned long long);
-        for (const LevelList& group : level_groups(desc, plan.global, entry_bytes, var)) {
+        for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(unsigned long long), var)) {
             L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc, exponents,
-                                           bulk, acc3);
+                                           bulk);
             if (bulk && group.count > 0) g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
         }
     } else if (mapping == 2) {
@@ -442,7 +433,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         for (uint32_t l = 0; l < desc.n_levels; ++l) largest = std::max<size_t>(largest, desc.levels[l].size);
         const dim3 grid(gpu::elementwise_grid(static_cast<int64_t>(largest * F)).x, desc.n_levels);
         grid_gradient_from_fixed_kernel<T><<<grid, gpu::kElementwiseThreads, 0, s>>>(
-            args, F, acc, exponents, static_cast<T*>(dL_dparams), accumulate, acc3);
+            args, F, acc, exponents, static_cast<T*>(dL_dparams), accumulate);
         TNN_GPU_CHECK_LAUNCH("grid_gradient_from_fixed_kernel");
     });
 }

@@ -159,19 +159,6 @@ TNN_HD inline long long to_fixed_point(float c, int k) {
 #endif  // __CUDA_ARCH__ || __HIP_DEVICE_COMPILE__
 }
 
-// The deterministic gradient's second accumulator (Variant::det_xpair_arrays): x-pairs whose entries
-// differ in their two lowest bits (e ^ e' = 3: CoherentPrime levels when the cell's x is 1 modulo 4)
-// are not adjacent in the level's layout, but are in the second array's, which permutes each aligned
-// group of 4 entries so that e and e ^ 3 share a 32-byte block: entry e sits at (e & ~3) | 2 min(v, v ^ 3)
-// | (v > v ^ 3), v = e & 3 (0 and 3 in the first block, 1 and 2 in the second). The conversion adds both
-// arrays (integers: the same total, so the same bits). Levels whose size is not a multiple of 4 have no
-// second array (a permuted position could leave the level); hashed levels are powers of two.
-TNN_HD inline uint32_t xpair3_position(uint32_t e) {
-    const uint32_t v = e & 3u, w = v ^ 3u;
-    return (e & ~3u) | (2u * (v < w ? v : w)) | (v > w ? 1u : 0u);
-}
-TNN_HD inline bool has_xpair3_array(const LevelInfo& L) { return L.size % 4u == 0; }
-
 // The value of an accumulated integer as fp32 (one rounding of s * 2^-k, through fp64).
 TNN_HD inline float from_fixed_point(long long s, int k) {
     if (k == kNonFiniteExponent) return NAN;
@@ -260,11 +247,6 @@ struct Variant {
                                  // reductions per lane; the same bits either way (-1: 1 on CUDA devices, where
                                  // pre-sm_90 builds issue the atomics; 0 on AMD GPUs, where 1 is an
                                  // UnsupportedError)
-    int det_xpair_arrays = -1;   // with det_bulk: 1 gives every level whose size is a multiple of 4 a second
-                                 // accumulator array in which entries e and e ^ 3 share a 32-byte block, so that
-                                 // those x-pairs (CoherentPrime levels when the cell's x is 1 modulo 4) leave as
-                                 // one bulk reduction too; the conversion adds the arrays (same bits); 0 one
-                                 // array (-1: 1)
 };
 void set_variant(const Variant& v);
 Variant variant();

@@ -577,12 +577,10 @@ struct BulkRing {
 // x-pair whose entries are adjacent (CoherentPrime levels whenever the cell's x is even, dense levels
 // always) fills 32 contiguous bytes, both entries' two words, and leaves as one bulk reduction from the
 // lane of feature 0 (its neighbour lane's two values by shuffle) instead of two requests merged from two
-// lanes each; with a second array (level3), pairs with i ^ i' = 3 leave as one bulk reduction into it;
-// other pairs as FixedLaneSink. The integers are the same, so the sums and bits are.
+// lanes each; other pairs as FixedLaneSink. The integers are the same, so the sums and bits are.
 // `lanes`: the warp's lanes whose rows exist (row_lanes), all of which call add_pair together.
 struct FixedBulkPairSink {
-    unsigned long long* level;   // the level's accumulator: entry i's words at level + 2 i
-    unsigned long long* level3;  // its second array (xpair3_position), or nullptr: pairs with i ^ i' = 3
+    unsigned long long* level;  // the level's accumulator: entry i's words at level + 2 i
     int k;
     uint32_t f;  // the thread's feature
     unsigned lanes;
@@ -599,14 +597,6 @@ struct FixedBulkPairSink {
             if (f == 0) {
                 if (i0 < i1) ring->add4(level + 2 * size_t(i0), q0, o0, q1, o1);
                 else ring->add4(level + 2 * size_t(i1), q1, o1, q0, o0);
-            }
-            return;
-        }
-        if (level3 && (i0 ^ i1) == 3u) {
-            if (f == 0) {
-                const uint32_t p0 = xpair3_position(i0), p1 = p0 ^ 1u;  // i1's position: the block's other half
-                if (p0 < p1) ring->add4(level3 + 2 * size_t(p0), q0, o0, q1, o1);
-                else ring->add4(level3 + 2 * size_t(p1), q1, o1, q0, o0);
             }
             return;
         }
@@ -911,15 +901,13 @@ __global__ void __launch_bounds__(kThreads)
 // level of `list` (a group of levels whose accumulators stay in L2 together), reading the row's x (and
 // v) once for all of them; blocks hold kThreads / F rows. BULK (F = 2, first order; acc 16-byte
 // aligned): x-pairs of adjacent entries as bulk reductions (FixedBulkPairSink), kBulkRing slots of 32
-// bytes per row in shared memory; acc3 (BULK only, nullable): the second arrays of the pairs with
-// i ^ i' = 3, laid out like acc.
+// bytes per row in shared memory.
 template <typename T, uint32_t D, uint32_t F, bool SECOND, bool BULK = false>
 __global__ void __launch_bounds__(kThreads)
     grid_param_grad_lanes_levels_kernel(const KernelArgs a, const LevelList list, int64_t rows,
                                         const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
                                         int64_t v_stride, const T* __restrict__ g, GradLayout g_layout,
-                                        unsigned long long* __restrict__ acc, const int* __restrict__ exponents,
-                                        unsigned long long* __restrict__ acc3) {
+                                        unsigned long long* __restrict__ acc, const int* __restrict__ exponents) {
     constexpr uint32_t kRowsPerBlock = kThreads / F;
     const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock, row = row0 + threadIdx.x / F;
     const uint32_t f = threadIdx.x % F;
@@ -946,8 +934,7 @@ __global__ void __launch_bounds__(kThreads)
         const float gv[1] = {to_acc(g[g_layout.at(row, level) + f])};
 #if defined(TNN_WITH_CUDA)
         if constexpr (BULK) {
-            unsigned long long* level3 = acc3 && has_xpair3_array(L) ? acc3 + size_t(L.offset) * F : nullptr;
-            const FixedBulkPairSink sink{acc + size_t(L.offset) * F, level3, k, f, lanes, &ring};
+            const FixedBulkPairSink sink{acc + size_t(L.offset) * F, k, f, lanes, &ring};
             row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, sink);
             continue;
         }
@@ -1563,23 +1550,16 @@ __global__ void grid_gradient_from_float_quads_kernel(float* __restrict__ acc, T
 }
 
 // The same from the fixed-point accumulator; blockIdx.y is the level (its exponent).
-// acc3 (nullable): the second arrays (xpair3_position), added where the level has one.
 template <typename T>
 __global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, uint32_t n_features,
                                                 const unsigned long long* __restrict__ acc,
                                                 const int* __restrict__ exponents, T* __restrict__ dst,
-                                                bool accumulate, const unsigned long long* __restrict__ acc3) {
+                                                bool accumulate) {
     const LevelInfo& L = a.levels[blockIdx.y];
     const int k = exponents[blockIdx.y];
     const int64_t begin = int64_t(L.offset) * n_features, n = int64_t(L.size) * n_features;
-    const unsigned long long* level3 = acc3 && has_xpair3_array(L) ? acc3 + begin : nullptr;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        unsigned long long sum = acc[begin + i];
-        if (level3) {  // the modular sum of the two parts: the total fits (the exponent's bound), so it is exact
-            const uint32_t e = static_cast<uint32_t>(i / n_features), f = static_cast<uint32_t>(i % n_features);
-            sum += level3[int64_t(xpair3_position(e)) * n_features + f];
-        }
-        const float value = from_fixed_point(static_cast<long long>(sum), k);
+        const float value = from_fixed_point(static_cast<long long>(acc[begin + i]), k);
         dst[begin + i] = gradient_value(value, dst + begin + i, accumulate);
     }
 }
@@ -1612,12 +1592,10 @@ struct Launchers {
                                    const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                    unsigned long long* acc, const int* exponents);
     // bulk: x-pairs of adjacent entries as bulk reductions where the kernel has them (F = 2, first order;
-    // Variant::det_bulk; NVIDIA only, acc 16-byte aligned); acc3 (bulk only, nullable): second arrays
-    // (Variant::det_xpair_arrays).
+    // Variant::det_bulk; NVIDIA only, acc 16-byte aligned).
     void (*param_grad_fixed_lane_levels)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                          const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
-                                         unsigned long long* acc, const int* exponents, bool bulk,
-                                         unsigned long long* acc3);
+                                         unsigned long long* acc, const int* exponents, bool bulk);
     bool (*param_grad_fixed_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                      const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                      unsigned long long* acc, const int* exponents);
@@ -1759,7 +1737,7 @@ template <uint32_t D> Launchers make_launchers() {
     l.param_grad_fixed_lane_levels = [](const Call& c, DType dtype, uint32_t n_features, bool second,
                                         const LevelList& list, const float* v, int64_t v_stride, const void* g,
                                         GradLayout g_layout, unsigned long long* acc, const int* exponents,
-                                        bool bulk, unsigned long long* acc3) {
+                                        bool bulk) {
         if (list.count == 0) return;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
@@ -1770,7 +1748,7 @@ template <uint32_t D> Launchers make_launchers() {
             if constexpr (F == 2) {
                 if (bulk && !second) {
                     grid_param_grad_lanes_levels_kernel<T, D, F, false, true><<<blocks, kThreads, 0, c.stream>>>(
-                            *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents, acc3);
+                            *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
                     TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_levels_kernel (bulk pairs)");
                     return;
                 }
@@ -1778,11 +1756,10 @@ template <uint32_t D> Launchers make_launchers() {
 #else
             (void)bulk;  // grid.cu refuses Variant::det_bulk = 1 on AMD GPUs
 #endif  // TNN_WITH_CUDA
-            if (acc3) throw Error("grid encoding (GPU): second accumulator arrays without bulk pairs");
             dispatch_bool(second, [&](auto sec) {
                 constexpr bool SECOND = decltype(sec)::value;
                 grid_param_grad_lanes_levels_kernel<T, D, F, SECOND><<<blocks, kThreads, 0, c.stream>>>(
-                        *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents, nullptr);
+                        *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_levels_kernel");
         });

@@ -546,9 +546,7 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
 #endif  // TNN_WITH_CUDA
                 variant_with([](auto& v) { v.det_shared_words = 0; }),
                 variant_with([](auto& v) { v.det_bulk = 0; }),
-                variant_with([](auto& v) { v.det_bulk = 0; v.shared_kib = 0; }),
-                variant_with([](auto& v) { v.det_xpair_arrays = 0; v.shared_kib = 0; }),
-                variant_with([](auto& v) { v.det_xpair_arrays = 1; v.shared_kib = 0; })};
+                variant_with([](auto& v) { v.det_bulk = 0; v.shared_kib = 0; })};
             for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult e = run_encoding(*enc, stream, data, c.batch);
@@ -574,9 +572,8 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
 // as one bulk reduction of 32 bytes from shared memory gives the bits of the per-lane 64-bit reductions:
 // hashed and dense levels (adjacent 1 time in 2 / always), Smoothstep, 2-D and 6-D grids, batches that
 // end inside a warp (the shuffles' lane masks), thousands of pairs per thread ring, levels in one group
-// or one per group, with the shared-memory levels on or off, and with or without the second arrays of the
-// pairs whose entries differ in their two lowest bits (Variant::det_xpair_arrays). The hook checks that
-// the bulk kernel ran, and did not run when switched off.
+// or one per group, and with the shared-memory levels on or off. The hook checks that the bulk kernel
+// ran, and did not run when switched off.
 TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
     TNN_SKIP_WITHOUT_GPU();
 #if !defined(TNN_WITH_CUDA)
@@ -600,34 +597,27 @@ TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
             for (const int shared_kib : {-1, 0})
                 for (const int group_kib : {0, 64}) {
                     SCOPED_TRACE(msg("shared_kib ", shared_kib, ", level_group_kib ", group_kib));
-                    auto with = [&](int bulk, int arrays) {
+                    auto with = [&](int bulk) {
                         return variant_with([&](auto& v) {
                             v.shared_kib = shared_kib;
                             v.level_group_kib = group_kib;
                             v.det_bulk = bulk;
-                            v.det_xpair_arrays = arrays;
                         });
                     };
-                    grid_gpu::set_variant(with(0, -1));
+                    grid_gpu::set_variant(with(0));
                     const uint64_t before = grid_gpu::bulk_pair_launches();
                     const EncodingResult lanes = run_encoding(*enc, stream, data, c.batch);
                     EXPECT_EQ(grid_gpu::bulk_pair_launches(), before) << "det_bulk = 0 launched the bulk kernel";
-                    // The default, bulk pairs with one array, with the second arrays of the i ^ i' = 3 pairs.
-                    for (const int arrays : {-1, 0, 1}) {
-                        SCOPED_TRACE(msg("det_xpair_arrays ", arrays));
-                        const uint64_t launches = grid_gpu::bulk_pair_launches();
-                        grid_gpu::set_variant(with(-1, arrays));
-                        const EncodingResult bulk = run_encoding(*enc, stream, data, c.batch);
-                        grid_gpu::set_variant({});
-                        if (shared_kib == 0)  // every level global: the bulk kernel must have run
-                            EXPECT_GT(grid_gpu::bulk_pair_launches(), launches) << "no bulk pairs";
-                        expect_same_bits(to_float(lanes.dL_dparams), to_float(bulk.dL_dparams),
-                                         "dL/dparams, bulk pairs");
-                        expect_same_bits(to_float(lanes.dL_dparams2), to_float(bulk.dL_dparams2), "dL'/dparams");
-                        size_t nonzero = 0;
-                        for (double g : bulk.dL_dparams) nonzero += g != 0.0;
-                        EXPECT_GT(nonzero, bulk.dL_dparams.size() / 8) << "most entries should receive something";
-                    }
+                    grid_gpu::set_variant(with(-1));
+                    const EncodingResult bulk = run_encoding(*enc, stream, data, c.batch);
+                    grid_gpu::set_variant({});
+                    if (shared_kib == 0)  // every level global: the bulk kernel must have run
+                        EXPECT_GT(grid_gpu::bulk_pair_launches(), before) << "the default did not take bulk pairs";
+                    expect_same_bits(to_float(lanes.dL_dparams), to_float(bulk.dL_dparams), "dL/dparams, bulk pairs");
+                    expect_same_bits(to_float(lanes.dL_dparams2), to_float(bulk.dL_dparams2), "dL'/dparams");
+                    size_t nonzero = 0;
+                    for (double g : bulk.dL_dparams) nonzero += g != 0.0;
+                    EXPECT_GT(nonzero, bulk.dL_dparams.size() / 8) << "most entries should receive something";
                 }
         }
 #endif  // TNN_WITH_CUDA

@@ -96,42 +96,6 @@ TEST(GridGpuMath, HashFactorsOnlyForXorHashes) {
 
 // ---- fixed point -------------------------------------------------------------------------------
 
-// The deterministic gradient's second arrays (Variant::det_xpair_arrays): the layout permutes each aligned
-// group of 4 entries, e and e ^ 3 share a 2-entry block (so one 32-byte bulk reduction adds both), and the
-// pairs it serves are CoherentPrime x-neighbours whose x is 1 modulo 4 (entries e and e ^ 3).
-TEST(GridGpuMath, SecondArrayPairsTheEntriesThatDifferInTheirTwoLowestBits) {
-    for (uint32_t group = 0; group < 1024; ++group) {
-        bool seen[4] = {false, false, false, false};
-        for (uint32_t v = 0; v < 4; ++v) {
-            const uint32_t e = 4 * group + v, p = grid_gpu::xpair3_position(e);
-            ASSERT_EQ(p & ~3u, e & ~3u) << "entry " << e << " left its group";
-            ASSERT_FALSE(seen[p & 3u]) << "two entries at position " << p;
-            seen[p & 3u] = true;
-            EXPECT_EQ(grid_gpu::xpair3_position(e ^ 3u), p ^ 1u) << "entry " << e << " and its pair";
-        }
-    }
-    std::mt19937 rng(7);
-    for (uint32_t log2 : {12u, 19u}) {
-        const uint32_t size = 1u << log2, res = 5000;
-        for (int i = 0; i < 2000; ++i) {
-            const uint32_t x = 4 * (rng() % 1000) + 1, y = rng() % res, z = rng() % res;
-            const uint32_t a[3] = {x, y, z}, b[3] = {x + 1, y, z};
-            const uint32_t ea = grid::grid_index(GridType::Hash, HashType::CoherentPrime, 3, size, res, a);
-            const uint32_t eb = grid::grid_index(GridType::Hash, HashType::CoherentPrime, 3, size, res, b);
-            ASSERT_EQ(ea ^ eb, 3u) << "x " << x << " y " << y << " z " << z;
-        }
-    }
-    grid_gpu::LevelInfo level{};
-    for (uint32_t size : {4u, 8u, 1u << 19}) {
-        level.size = size;
-        EXPECT_TRUE(grid_gpu::has_xpair3_array(level)) << size;
-    }
-    for (uint32_t size : {1u, 27u, 13826u}) {
-        level.size = size;
-        EXPECT_FALSE(grid_gpu::has_xpair3_array(level)) << size;
-    }
-}
-
 TEST(GridGpuMath, FixedPointExponentBoundsTheSum) {
     for (float m : {1e-30f, 1e-6f, 0.5f, 1.0f, 3.0f, 1e6f, 3e38f})
         for (int64_t rows : {int64_t(1), int64_t(1000), int64_t(1) << 21, int64_t(1) << 31}) {
