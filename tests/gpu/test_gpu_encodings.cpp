@@ -571,9 +571,10 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
 // The deterministic gradient's bulk pairs (Variant::det_bulk, NVIDIA): an x-pair of adjacent entries sent
 // as one bulk reduction of 32 bytes from shared memory gives the bits of the per-lane 64-bit reductions:
 // hashed and dense levels (adjacent 1 time in 2 / always), Smoothstep, 2-D and 6-D grids, batches that
-// end inside a warp (the shuffles' lane masks), thousands of pairs per thread ring, levels in one group
-// or one per group, and with the shared-memory levels on or off. The hook checks that the bulk kernel
-// ran, and did not run when switched off.
+// end inside a warp (the shuffles' lane masks), rings of 4 slots reused (with all levels in one group a
+// row issues up to 16 bulk operations in 3-D and 64 in 6-D; one level per group: 4 in 3-D, none reused),
+// levels in one group or one per group, and the shared-memory levels on or off. The hook checks that the
+// bulk path was chosen, and was not when switched off.
 TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
     TNN_SKIP_WITHOUT_GPU();
 #if !defined(TNN_WITH_CUDA)
