@@ -205,6 +205,16 @@ __global__ void bench_red_xpairs_kernel(float* __restrict__ a, float* __restrict
     }
 }
 
+// The grid kernels' variant for a scope (the model rows: set before a Trainer captures its graph), the one
+// before restored after, also when a row throws.
+struct GridVariantScope {
+    grid_gpu::Variant saved = grid_gpu::variant();
+    explicit GridVariantScope(const grid_gpu::Variant& v) { grid_gpu::set_variant(v); }
+    ~GridVariantScope() { grid_gpu::set_variant(saved); }
+    GridVariantScope(const GridVariantScope&) = delete;
+    GridVariantScope& operator=(const GridVariantScope&) = delete;
+};
+
 // The fastest of `tries` timings of what f enqueues (the floors want the hardware's best rate).
 template <typename F> double fastest_of(Timer& timer, gpu_stream_t native, int tries, F&& f) {
     double best = 1e30;
@@ -573,7 +583,7 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
             const ffm::PlanOverrideScope scope(v.mlp_plan);
             grid_gpu::Variant grid_variant;
             grid_variant.det_bulk = v.det_bulk;
-            grid_gpu::set_variant(grid_variant);  // before the trainer captures its graph; reset below
+            const GridVariantScope grid_scope(grid_variant);  // before the trainer captures its graph
             const bool det = v.det;
             json c = config;
             c["encoding"]["deterministic"] = det;
@@ -602,10 +612,8 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
                 record("inference",
                        time_calls(s, o, [&] { trainer.model().inference(s, x.view(), y.view(), trainer.params()); }),
                        "model inference");
-            grid_gpu::set_variant({});
         }
     } catch (const std::exception& ex) {
-        grid_gpu::set_variant({});
         results.push_back({{"label", label}, {"batch", batch}, {"error", ex.what()}});
         std::printf("%-34s ERROR %s\n", label.c_str(), ex.what());
     }
@@ -805,6 +813,16 @@ int main(int argc, char** argv) {
     // bench/notes_grid.md), the backward alone and inside forward + backward.
     bench_row(main_row({"backward_det", "fwd_bwd_det"}), o, s, results, variant([](auto& v) { v.det_bulk = 0; }),
               "det_no_bulk");
+    // The next lever of section 16: the dense levels 1-3 take ~0.25 ms of the deterministic backward (run 110,
+    // same-address atomics in L2); with the opt-in budget level 1 fits a block's shared memory (162 KiB per
+    // feature in the deterministic word slots; 221 KiB in the fast path's split fixed point, whose fp32
+    // slots would be compare-and-swap loops). Last measured in run 5, before both paths' shared atomics
+    // were native.
+    bench_row(main_row({"backward_det", "fwd_bwd_det"}), o, s, results,
+              variant([](auto& v) { v.shared_kib = 227; }), "det_shared_227KiB");
+    bench_row(main_row({"backward", "fwd_bwd"}), o, s, results,
+              variant([](auto& v) { v.shared_kib = 227; v.shared_fixed = 1; }), "shared_227KiB_split");
+    bench_row(fast, o, s, results, variant([](auto& v) { v.shared_kib = 227; }), "shared_227KiB");
     // (48 and 64 MiB were slower still in run 77: 1.170 and 1.391 ms against 0.986.)
     for (int mib : {8, 16})
         bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }),

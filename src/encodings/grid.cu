@@ -121,17 +121,20 @@ bool det_shared_words(const Variant& v) {
 // Whether the deterministic gradient sends x-pairs of adjacent entries as bulk reductions
 // (Variant::det_bulk; FixedBulkPairSink). Run 106 of 2026-12-02 (H200, main row, deterministic backward):
 // 1.529 ms with them against 1.951 without at 2^20 (2.902 ms at 2^21), the deterministic training step
-// 2.587 against 3.008 ms. Bulk reductions are an NVIDIA feature (sm_90; older NVIDIA GPUs issue the same
-// integers as atomics).
+// 2.587 against 3.008 ms. Bulk reductions are an NVIDIA sm_90 feature.
+// By default only where the bulk operation exists (NVIDIA sm_90 and later): an older NVIDIA GPU running the
+// bulk kernel would issue its four values as separate atomics, the same bits but slower than the lanes.
 std::atomic<uint64_t> g_bulk_pair_launches{0};
-bool det_bulk(const Variant& v) {
+bool det_bulk(const Variant& v, int capability) {
 #if defined(TNN_WITH_HIP)
+    (void)capability;
     if (v.det_bulk > 0)
         throw UnsupportedError("grid encoding (GPU): Variant::det_bulk (bulk reductions from shared memory) is "
                                "built for NVIDIA GPUs only");
     return false;
 #else
-    return v.det_bulk != 0;
+    if (v.det_bulk >= 0) return v.det_bulk != 0;
+    return gpu::is_nvidia(capability) && capability >= gpu::kCcHopper;
 #endif  // TNN_WITH_HIP
 }
 
@@ -411,12 +414,12 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     if (mapping < 0) mapping = F > 1 ? 3 : one_corner ? 0 : 2;
     if (mapping == 3 && F > 1) {
         // Bulk pairs: F = 2, first order, 16-byte aligned entries (16 bytes each; temporary buffers are).
-        const bool bulk = F == 2 && !second && det_bulk(var) && aligned(acc, 16);
-        for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(unsigned long long), var)) {
-            L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc, exponents,
-                                           bulk);
-            if (bulk && group.count > 0) g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
-        }
+        const int cc = gpu::device_properties(stream.device().index).capability;
+        const bool bulk = F == 2 && !second && det_bulk(var, cc) && aligned(acc, 16);
+        for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(unsigned long long), var))
+            if (L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc,
+                                               exponents, bulk))
+                g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
     } else if (mapping == 2) {
         if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
                                         exponents))  // 2^D * F > kThreads: one thread per feature

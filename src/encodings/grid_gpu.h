@@ -244,13 +244,14 @@ struct Variant {
     int det_bulk = -1;           // deterministic gradient, a thread per (row, feature) over groups of levels,
                                  // F = 2, first order: 1 sends an x-pair of adjacent entries (32 contiguous
                                  // bytes) as one sm_90 bulk reduction from shared memory, 0 as 64-bit integer
-                                 // reductions per lane; the same bits either way (-1: 1 on CUDA devices, where
-                                 // pre-sm_90 builds issue the atomics; 0 on AMD GPUs, where 1 is an
-                                 // UnsupportedError)
+                                 // reductions per lane; the same bits either way (-1: 1 on NVIDIA sm_90 and
+                                 // later, 0 elsewhere; 1 on an older NVIDIA GPU issues the four values as
+                                 // atomics; on AMD GPUs 1 is an UnsupportedError)
 };
 void set_variant(const Variant& v);
 Variant variant();
-// Test hook: launches of the deterministic gradient's bulk-pair kernel (Variant::det_bulk) so far.
+// Test hook: launches of the deterministic gradient's bulk-pair kernel (Variant::det_bulk) so far (counted
+// where the launcher launched it).
 uint64_t bulk_pair_launches();
 
 }  // namespace tnn::grid_gpu

@@ -544,32 +544,35 @@ __device__ __forceinline__ unsigned row_lanes(int64_t row0, int64_t rows) {
 // operation to complete before the thread exits. Elsewhere (other architectures, the host pass) the
 // four values go as integer atomics: the same sums.
 #if defined(TNN_WITH_CUDA)
+constexpr bool kBulkPairsBuilt = true;  // grid_param_grad_lanes_levels_kernel's BULK form exists
 constexpr uint32_t kBulkRing = 4;
 struct BulkRing {
     uint32_t slots;  // shared address of the thread's kBulkRing slots of 32 bytes
     uint32_t count;  // operations issued
     __device__ __forceinline__ void add4(unsigned long long* dst, long long a, long long b, long long c,
                                          long long d) {
-#if defined(TNN_WITH_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         if (count >= kBulkRing) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kBulkRing - 1) : "memory");
         const uint32_t s = slots + (count % kBulkRing) * 32u;
         asm volatile("st.shared.v2.u64 [%0], {%1, %2};" ::"r"(s), "l"(a), "l"(b) : "memory");
         asm volatile("st.shared.v2.u64 [%0], {%1, %2};" ::"r"(s + 16u), "l"(c), "l"(d) : "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], 32;" ::"l"(dst), "r"(s)
+        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], 32;" ::"l"(
+                         __cvta_generic_to_global(dst)),
+                     "r"(s)
                      : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         ++count;
-#else
+#else  // (same integers, one atomic each)
         const long long v[4] = {a, b, c, d};
         for (int i = 0; i < 4; ++i)
             if (v[i] != 0) atomicAdd(dst + i, static_cast<unsigned long long>(v[i]));
-#endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
+#endif  // __CUDA_ARCH__ >= 900
     }
     __device__ __forceinline__ void finish() const {
-#if defined(TNN_WITH_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         if (count != 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-#endif  // TNN_WITH_CUDA && __CUDA_ARCH__ >= 900
+#endif  // __CUDA_ARCH__ >= 900
     }
 };
 
@@ -580,28 +583,26 @@ struct BulkRing {
 // lanes each; other pairs as FixedLaneSink. The integers are the same, so the sums and bits are.
 // `lanes`: the warp's lanes whose rows exist (row_lanes), all of which call add_pair together.
 struct FixedBulkPairSink {
+    FixedLaneSink lane;  // the level's words of the thread's feature: pairs that are not adjacent, one corner
     unsigned long long* level;  // the level's accumulator: entry i's words at level + 2 i
-    int k;
-    uint32_t f;  // the thread's feature
+    uint32_t f;                 // the thread's feature
     unsigned lanes;
     BulkRing* ring;  // feature 0's lanes issue
     template <uint32_t N> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[N]) const {
-        const long long q = to_fixed_point(w * g[0], k);
-        if (q != 0) atomicAdd(level + 2 * size_t(i) + f, static_cast<unsigned long long>(q));
+        lane.add<N>(i, w, g);
     }
     template <uint32_t N>
     __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[N]) const {
-        const long long q0 = to_fixed_point(w0 * g[0], k), q1 = to_fixed_point(w1 * g[0], k);
+        const long long q0 = to_fixed_point(w0 * g[0], lane.k), q1 = to_fixed_point(w1 * g[0], lane.k);
         const long long o0 = __shfl_xor_sync(lanes, q0, 1), o1 = __shfl_xor_sync(lanes, q1, 1);
-        if (i1 == i0 + 1u || i0 == i1 + 1u) {
-            if (f == 0) {
-                if (i0 < i1) ring->add4(level + 2 * size_t(i0), q0, o0, q1, o1);
-                else ring->add4(level + 2 * size_t(i1), q1, o1, q0, o0);
-            }
+        if (i1 != i0 + 1u && i0 != i1 + 1u) {
+            if (q0 != 0) atomicAdd(lane.base + size_t(i0) * lane.stride, static_cast<unsigned long long>(q0));
+            if (q1 != 0) atomicAdd(lane.base + size_t(i1) * lane.stride, static_cast<unsigned long long>(q1));
             return;
         }
-        if (q0 != 0) atomicAdd(level + 2 * size_t(i0) + f, static_cast<unsigned long long>(q0));
-        if (q1 != 0) atomicAdd(level + 2 * size_t(i1) + f, static_cast<unsigned long long>(q1));
+        if (f != 0 || (q0 | o0 | q1 | o1) == 0) return;  // nothing to add: the lanes skip zeros too
+        if (i0 < i1) ring->add4(level + 2 * size_t(i0), q0, o0, q1, o1);
+        else ring->add4(level + 2 * size_t(i1), q1, o1, q0, o0);
     }
 };
 
@@ -610,6 +611,8 @@ template <uint32_t ROWS> __device__ __forceinline__ BulkRing bulk_ring(uint32_t 
     __shared__ alignas(16) unsigned long long slots[ROWS * kBulkRing * 4];
     return BulkRing{static_cast<uint32_t>(__cvta_generic_to_shared(slots + slot_row * kBulkRing * 4)), 0};
 }
+#else
+constexpr bool kBulkPairsBuilt = false;
 #endif  // TNN_WITH_CUDA
 
 // The largest per-row sum of |contribution| of a block (all of one level), for the fixed-point scale.
@@ -934,7 +937,8 @@ __global__ void __launch_bounds__(kThreads)
         const float gv[1] = {to_acc(g[g_layout.at(row, level) + f])};
 #if defined(TNN_WITH_CUDA)
         if constexpr (BULK) {
-            const FixedBulkPairSink sink{acc + size_t(L.offset) * F, k, f, lanes, &ring};
+            const FixedBulkPairSink sink{FixedLaneSink{acc + size_t(L.offset) * F + f, F, k}, acc + size_t(L.offset) * F,
+                                         f, lanes, &ring};
             row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, sink);
             continue;
         }
@@ -1593,7 +1597,8 @@ struct Launchers {
                                    unsigned long long* acc, const int* exponents);
     // bulk: x-pairs of adjacent entries as bulk reductions where the kernel has them (F = 2, first order;
     // Variant::det_bulk; NVIDIA only, acc 16-byte aligned).
-    void (*param_grad_fixed_lane_levels)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
+    // Returns whether it launched the bulk-pair kernel.
+    bool (*param_grad_fixed_lane_levels)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                          const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                          unsigned long long* acc, const int* exponents, bool bulk);
     bool (*param_grad_fixed_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
@@ -1738,31 +1743,30 @@ template <uint32_t D> Launchers make_launchers() {
                                         const LevelList& list, const float* v, int64_t v_stride, const void* g,
                                         GradLayout g_layout, unsigned long long* acc, const int* exponents,
                                         bool bulk) {
-        if (list.count == 0) return;
+        bool bulk_launched = false;
+        if (list.count == 0) return bulk_launched;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
             const auto blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kThreads / F));
             const T* gt = static_cast<const T*>(g);
+            // Bulk pairs: CUDA, F = 2, first order (grid.cu refuses Variant::det_bulk = 1 on AMD GPUs).
 #if defined(TNN_WITH_CUDA)
-            if constexpr (F == 2) {
-                if (bulk && !second) {
-                    grid_param_grad_lanes_levels_kernel<T, D, F, false, true><<<blocks, kThreads, 0, c.stream>>>(
-                            *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
-                    TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_levels_kernel (bulk pairs)");
-                    return;
-                }
-            }
+            bulk_launched = F == 2 && bulk && !second;
 #else
-            (void)bulk;  // grid.cu refuses Variant::det_bulk = 1 on AMD GPUs
+            (void)bulk;
 #endif  // TNN_WITH_CUDA
             dispatch_bool(second, [&](auto sec) {
                 constexpr bool SECOND = decltype(sec)::value;
-                grid_param_grad_lanes_levels_kernel<T, D, F, SECOND><<<blocks, kThreads, 0, c.stream>>>(
-                        *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
+                dispatch_bool(bulk_launched, [&](auto b) {
+                    constexpr bool BULK = decltype(b)::value && F == 2 && !SECOND && kBulkPairsBuilt;
+                    grid_param_grad_lanes_levels_kernel<T, D, F, SECOND, BULK><<<blocks, kThreads, 0, c.stream>>>(
+                            *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
+                });
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_levels_kernel");
         });
+        return bulk_launched;
     };
     l.param_grad_fixed_corners = [](const Call& c, DType dtype, uint32_t n_features, bool second,
                                     const LevelList& list, const float* v, int64_t v_stride, const void* g,

@@ -574,13 +574,16 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
 // end inside a warp (the shuffles' lane masks), rings of 4 slots reused (with all levels in one group a
 // row issues up to 16 bulk operations in 3-D and 64 in 6-D; one level per group: 4 in 3-D, none reused),
 // levels in one group or one per group, and the shared-memory levels on or off. The hook checks that the
-// bulk path was chosen, and was not when switched off.
+// bulk kernel ran where it should (by default on sm_90 and later, always when asked for), and not when
+// switched off.
 TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
     TNN_SKIP_WITHOUT_GPU();
 #if !defined(TNN_WITH_CUDA)
     GTEST_SKIP() << "bulk reductions are built for NVIDIA GPUs only";
 #else
     SwitchGuard guard;
+    const int cc = gpu::device_properties(0).capability;
+    const bool bulk_default = gpu::is_nvidia(cc) && cc >= gpu::kCcHopper;
     std::vector<EncodingCase> cases = {case_named("hash3d_f2_deterministic_global"),
                                        case_named("dense3d_f2_deterministic_global"),
                                        case_named("hash3d_f2_deterministic"), case_named("hash6d_f2_deterministic")};
@@ -609,16 +612,24 @@ TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
                     const uint64_t before = grid_gpu::bulk_pair_launches();
                     const EncodingResult lanes = run_encoding(*enc, stream, data, c.batch);
                     EXPECT_EQ(grid_gpu::bulk_pair_launches(), before) << "det_bulk = 0 launched the bulk kernel";
-                    grid_gpu::set_variant(with(-1));
-                    const EncodingResult bulk = run_encoding(*enc, stream, data, c.batch);
-                    grid_gpu::set_variant({});
-                    if (shared_kib == 0)  // every level global: the bulk kernel must have run
-                        EXPECT_GT(grid_gpu::bulk_pair_launches(), before) << "the default did not take bulk pairs";
-                    expect_same_bits(to_float(lanes.dL_dparams), to_float(bulk.dL_dparams), "dL/dparams, bulk pairs");
-                    expect_same_bits(to_float(lanes.dL_dparams2), to_float(bulk.dL_dparams2), "dL'/dparams");
-                    size_t nonzero = 0;
-                    for (double g : bulk.dL_dparams) nonzero += g != 0.0;
-                    EXPECT_GT(nonzero, bulk.dL_dparams.size() / 8) << "most entries should receive something";
+                    // The default (bulk pairs on sm_90 and later, the lanes before) and bulk pairs asked for
+                    // (an older NVIDIA GPU then issues the four values as atomics).
+                    for (const int bulk_switch : {-1, 1}) {
+                        SCOPED_TRACE(msg("det_bulk ", bulk_switch));
+                        const uint64_t launches = grid_gpu::bulk_pair_launches();
+                        grid_gpu::set_variant(with(bulk_switch));
+                        const EncodingResult bulk = run_encoding(*enc, stream, data, c.batch);
+                        grid_gpu::set_variant({});
+                        if (shared_kib == 0)  // every level global: the bulk kernel runs where it is chosen
+                            EXPECT_EQ(grid_gpu::bulk_pair_launches() > launches, bulk_switch == 1 || bulk_default)
+                                << "compute capability " << cc;
+                        expect_same_bits(to_float(lanes.dL_dparams), to_float(bulk.dL_dparams),
+                                         "dL/dparams, bulk pairs");
+                        expect_same_bits(to_float(lanes.dL_dparams2), to_float(bulk.dL_dparams2), "dL'/dparams");
+                        size_t nonzero = 0;
+                        for (double g : bulk.dL_dparams) nonzero += g != 0.0;
+                        EXPECT_GT(nonzero, bulk.dL_dparams.size() / 8) << "most entries should receive something";
+                    }
                 }
         }
 #endif  // TNN_WITH_CUDA
