@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -312,14 +313,15 @@ int main(int argc, char** argv) {
     const int per_thread = 8, blocks = (1 << 22) / kThreads;
     const double threads = double(blocks) * kThreads;
     std::vector<Result> results;
-    // Times `launch` (fastest of 7 after a warm-up) and checks the words' sum against `values`
-    // (one launch's worth, from a zeroed level).
-    auto run = [&](const char* name, const char* unit, double items, double values, auto launch) {
-        CHECK(cudaMemset(acc, 0, words * 8));
+    // Times `launch` (fastest of 7 after a warm-up) and checks the sum of the words of `arrays` (each a
+    // level of `words` u64, zeroed first) against `values` (one launch's worth).
+    auto run_arrays = [&](const char* name, const char* unit, double items, double values,
+                          std::initializer_list<unsigned long long*> arrays, auto launch) {
+        for (unsigned long long* p : arrays) CHECK(cudaMemset(p, 0, words * 8));
         launch();
         CHECK(cudaGetLastError());
         CHECK(cudaMemset(sum, 0, 8));
-        sum_kernel<<<264, 256>>>(acc, words, sum);
+        for (unsigned long long* p : arrays) sum_kernel<<<264, 256>>>(p, words, sum);
         unsigned long long got = 0;
         CHECK(cudaMemcpy(&got, sum, 8, cudaMemcpyDeviceToHost));
         float best = 1e30f;
@@ -333,6 +335,10 @@ int main(int argc, char** argv) {
             best = std::min(best, ms);
         }
         results.push_back({name, unit, best, items / (best * 1e-3), got == static_cast<unsigned long long>(values)});
+    };
+    // The same for the patterns that add into `acc` only.
+    auto run = [&](const char* name, const char* unit, double items, double values, auto launch) {
+        run_arrays(name, unit, items, values, {acc}, launch);
     };
     const double pairs_lanes = threads / 2 * per_thread, pairs = threads * per_thread;
     run("lanes_u64 (today: a lane per feature, 2 x red.u64)", "x-pairs", pairs_lanes, pairs_lanes * 4,
@@ -358,37 +364,16 @@ int main(int argc, char** argv) {
         [&] { concurrent_kernel<<<blocks, kThreads>>>(acc, per_thread); });
     run("mixed4 (32 B bulk for m = 1, 64 B for m = 3, else lanes)", "x-pairs", pairs_lanes, pairs_lanes * 4,
         [&] { mixed4_kernel<<<blocks, kThreads>>>(acc, per_thread); });
-    {  // the extra arrays: the sum over all three is checked (acc's sum checks only acc)
+    {  // the extra arrays: the sum over all three is checked
         unsigned long long *b3 = nullptr, *b7 = nullptr;
         CHECK(cudaMalloc(&b3, words * 8));
         CHECK(cudaMalloc(&b7, words * 8));
-        for (int arrays : {2, 3}) {
-            CHECK(cudaMemset(b3, 0, words * 8));
-            CHECK(cudaMemset(b7, 0, words * 8));
-            auto launch = [&] {
-                if (arrays == 2) arrays_kernel<2><<<blocks, kThreads>>>(acc, b3, b7, per_thread);
-                else arrays_kernel<3><<<blocks, kThreads>>>(acc, b3, b7, per_thread);
-            };
-            CHECK(cudaMemset(acc, 0, words * 8));
-            launch();
-            CHECK(cudaMemset(sum, 0, 8));
-            for (unsigned long long* p : {acc, b3, b7}) sum_kernel<<<264, 256>>>(p, words, sum);
-            unsigned long long got = 0;
-            CHECK(cudaMemcpy(&got, sum, 8, cudaMemcpyDeviceToHost));
-            float best = 1e30f;
-            for (int i = 0; i < 7; ++i) {
-                CHECK(cudaEventRecord(t0));
-                launch();
-                CHECK(cudaEventRecord(t1));
-                CHECK(cudaEventSynchronize(t1));
-                float ms = 0;
-                CHECK(cudaEventElapsedTime(&ms, t0, t1));
-                best = std::min(best, ms);
-            }
-            results.push_back({arrays == 2 ? "arrays: m = 1 in acc, m = 3 in a second array (32 B bulk), else lanes"
-                                           : "arrays: m = 1, 3, 7 in three arrays (32 B bulk), else lanes",
-                               "x-pairs", best, pairs_lanes / (best * 1e-3), got == static_cast<unsigned long long>(pairs_lanes * 4)});
-        }
+        run_arrays("arrays: m = 1 in acc, m = 3 in a second array (32 B bulk), else lanes", "x-pairs", pairs_lanes,
+                   pairs_lanes * 4, {acc, b3, b7},
+                   [&] { arrays_kernel<2><<<blocks, kThreads>>>(acc, b3, b7, per_thread); });
+        run_arrays("arrays: m = 1, 3, 7 in three arrays (32 B bulk), else lanes", "x-pairs", pairs_lanes,
+                   pairs_lanes * 4, {acc, b3, b7},
+                   [&] { arrays_kernel<3><<<blocks, kThreads>>>(acc, b3, b7, per_thread); });
         CHECK(cudaFree(b3));
         CHECK(cudaFree(b7));
     }
