@@ -101,6 +101,19 @@ SharedSlots fast_shared_slots(const GridDesc& desc, const Stream& stream, const 
     return {true, 2 * sizeof(uint32_t), bytes > kSplitSharedExtra ? bytes - kSplitSharedExtra : 0};
 }
 
+// A Variant switch whose kernels are built for NVIDIA GPUs only: `setting` (-1 automatic, 0 off, 1 on) on
+// CUDA builds; off on AMD GPUs, where asking for it is an UnsupportedError naming it (`what`).
+bool nvidia_only_switch(int setting, const char* what) {
+#if defined(TNN_WITH_HIP)
+    if (setting > 0)
+        throw UnsupportedError(msg("grid encoding (GPU): Variant::", what, " is built for NVIDIA GPUs only"));
+    return false;
+#else
+    (void)what;
+    return setting != 0;
+#endif  // TNN_WITH_HIP
+}
+
 // How the deterministic gradient's shared-memory levels accumulate: three native 32-bit integer words per
 // value (Variant::det_shared_words) or one 64-bit slot, whose shared atomics are compare-and-swap loops on
 // NVIDIA GPUs. Words by default on CUDA devices; run 91 (H200, 2^20 rows, fp16) with words against 64-bit
@@ -108,34 +121,19 @@ SharedSlots fast_shared_slots(const GridDesc& desc, const Stream& stream, const 
 // backward 1.952 / 1.972 (its level 0: 16^3 entries, one feature per 48 KiB block either way). AMD
 // GPUs add 64-bit integers in LDS natively.
 bool det_shared_words(const Variant& v) {
-#if defined(TNN_WITH_HIP)
-    if (v.det_shared_words > 0)
-        throw UnsupportedError("grid encoding (GPU): Variant::det_shared_words (three 32-bit words per "
-                               "shared-memory slot) is built for NVIDIA GPUs only");
-    return false;
-#else
-    return v.det_shared_words != 0;
-#endif  // TNN_WITH_HIP
+    return nvidia_only_switch(v.det_shared_words, "det_shared_words (three 32-bit words per shared-memory slot)");
 }
 
 // Whether the deterministic gradient sends x-pairs of adjacent entries as bulk reductions
 // (Variant::det_bulk; FixedBulkPairSink). Run 106 of 2026-12-02 (H200, main row, deterministic backward):
 // 1.529 ms with them against 1.951 without at 2^20 (2.902 ms at 2^21), the deterministic training step
-// 2.587 against 3.008 ms. Bulk reductions are an NVIDIA sm_90 feature.
-// By default only where the bulk operation exists (NVIDIA sm_90 and later): an older NVIDIA GPU running the
-// bulk kernel would issue its four values as separate atomics, the same bits but slower than the lanes.
+// 2.587 against 3.008 ms. By default only where the bulk operation exists (NVIDIA sm_90 and later): an
+// older NVIDIA GPU running the bulk kernel would issue its four values as separate atomics, the same bits
+// but slower than the lanes.
 std::atomic<uint64_t> g_bulk_pair_launches{0};
 bool det_bulk(const Variant& v, int capability) {
-#if defined(TNN_WITH_HIP)
-    (void)capability;
-    if (v.det_bulk > 0)
-        throw UnsupportedError("grid encoding (GPU): Variant::det_bulk (bulk reductions from shared memory) is "
-                               "built for NVIDIA GPUs only");
-    return false;
-#else
-    if (v.det_bulk >= 0) return v.det_bulk != 0;
-    return gpu::is_nvidia(capability) && capability >= gpu::kCcHopper;
-#endif  // TNN_WITH_HIP
+    if (v.det_bulk < 0 && !(gpu::is_nvidia(capability) && capability >= gpu::kCcHopper)) return false;
+    return nvidia_only_switch(v.det_bulk, "det_bulk (bulk reductions from shared memory)");
 }
 
 // Whether `s` is outside any capture. A failed query counts as "inside": the caller then keeps the stream.
