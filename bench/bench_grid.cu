@@ -567,23 +567,26 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
         two_tiles.backward_m_tiles = 2;
         dx_one.dx_values = 1, dx_pairs.dx_values = 2;
         // "train_step_det_no_bulk": the deterministic step with the grid's x-pairs as 64-bit reductions per
-        // lane instead of bulk reductions (grid_gpu::Variant::det_bulk, twenty-first session).
+        // lane instead of bulk reductions (grid_gpu::Variant::det_bulk, twenty-first session);
+        // "train_step_det_no_replicas": without copies of the coarse levels' accumulators
+        // (grid_gpu::Variant::det_replicas, twenty-second session).
+        grid_gpu::Variant no_bulk, no_replicas;
+        no_bulk.det_bulk = 0, no_replicas.det_replicas = 0;
         struct Variant {
             bool det, fused;
             const char* pass;
             ffm::PlanOverride mlp_plan = {};
-            int det_bulk = -1;
+            grid_gpu::Variant grid = {};
         };
         for (const Variant& v : {Variant{false, true, "train_step"}, Variant{false, false, "train_step_unfused"},
                                  Variant{true, true, "train_step_det"}, Variant{false, true, "train_step_mlp_two_tiles", two_tiles},
                                  Variant{false, true, "train_step_dx_one_value", dx_one},
                                  Variant{false, true, "train_step_dx_pairs", dx_pairs},
-                                 Variant{true, true, "train_step_det_no_bulk", {}, 0}}) {
+                                 Variant{true, true, "train_step_det_no_bulk", {}, no_bulk},
+                                 Variant{true, true, "train_step_det_no_replicas", {}, no_replicas}}) {
             const bool default_plan = !v.mlp_plan.backward_m_tiles && !v.mlp_plan.dx_values;
             const ffm::PlanOverrideScope scope(v.mlp_plan);
-            grid_gpu::Variant grid_variant;
-            grid_variant.det_bulk = v.det_bulk;
-            const GridVariantScope grid_scope(grid_variant);  // before the trainer captures its graph
+            const GridVariantScope grid_scope(v.grid);  // before the trainer captures its graph
             const bool det = v.det;
             json c = config;
             c["encoding"]["deterministic"] = det;
@@ -818,11 +821,21 @@ int main(int argc, char** argv) {
     // feature in the deterministic word slots; 221 KiB in the fast path's split fixed point, whose fp32
     // slots would be compare-and-swap loops). Last measured in run 5, before both paths' shared atomics
     // were native.
+    // Run 111 (2026-12-02): slower, both (deterministic 1.673 ms against 1.538; fast 0.976 split and 1.275
+    // against 0.912).
     bench_row(main_row({"backward_det", "fwd_bwd_det"}), o, s, results,
               variant([](auto& v) { v.shared_kib = 227; }), "det_shared_227KiB");
     bench_row(main_row({"backward", "fwd_bwd"}), o, s, results,
               variant([](auto& v) { v.shared_kib = 227; v.shared_fixed = 1; }), "shared_227KiB_split");
     bench_row(fast, o, s, results, variant([](auto& v) { v.shared_kib = 227; }), "shared_227KiB");
+    // Twenty-second session: copies of the coarse levels' accumulators (det_replicas; automatic: one per 64
+    // contributions per entry, level 1 gets 8 and level 2 2 at 2^20) against none, one per 16 and per 256;
+    // the conversion's dropped lines (discard_scratch) against kept ones.
+    const Row det_rows = main_row({"backward_det", "fwd_bwd_det"});
+    bench_row(det_rows, o, s, results, variant([](auto& v) { v.det_replicas = 0; }), "det_no_replicas");
+    bench_row(det, o, s, results, variant([](auto& v) { v.det_replicas = 16; }), "det_replicas_16");
+    bench_row(det, o, s, results, variant([](auto& v) { v.det_replicas = 256; }), "det_replicas_256");
+    bench_row(det_rows, o, s, results, variant([](auto& v) { v.discard_scratch = 0; }), "det_keep_scratch_lines");
     // (48 and 64 MiB were slower still in run 77: 1.170 and 1.391 ms against 0.986.)
     for (int mib : {8, 16})
         bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }),

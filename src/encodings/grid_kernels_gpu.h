@@ -508,6 +508,36 @@ struct FixedSink {
     }
 };
 
+// Copies of coarse levels' fixed-point accumulators (Variant::det_replicas): the threads over groups of
+// levels add a replicated level's contributions into copy blockIdx.x % copies (copy 0 the level's own
+// words, copy r >= 1 at offset + (r - 1) * size * F), and the conversion adds the copies. Integer sums:
+// the same bits with any number of copies. A dense level with hundreds of rows per entry sends its
+// reductions to few addresses, which the L2 adds one after another (run 110); copies spread them.
+constexpr uint32_t kMaxReplicatedLevels = 4;
+struct Replicas {
+    uint32_t count = 0;
+    uint32_t level[kMaxReplicatedLevels] = {};
+    uint32_t copies[kMaxReplicatedLevels] = {};
+    uint64_t offset[kMaxReplicatedLevels] = {};  // copy 1's first word in the accumulator (16-word aligned)
+    // Level l's copies (1: none) and copy 1's offset. Constant indices only (unrolled), so that the
+    // kernel argument stays in registers: a variable index would copy it to the stack.
+    __device__ __forceinline__ uint32_t lookup(uint32_t l, uint64_t& first) const {
+        uint32_t c = 1;
+        first = 0;
+        TNN_UNROLL
+        for (uint32_t j = 0; j < kMaxReplicatedLevels; ++j)
+            if (j < count && level[j] == l) c = copies[j], first = offset[j];
+        return c;
+    }
+    // The words block `block` adds a level's contributions to: `own` (the level's), or its copy.
+    __device__ __forceinline__ unsigned long long* words(unsigned long long* acc, unsigned long long* own, uint32_t l,
+                                                         uint32_t size_words, uint32_t block) const {
+        uint64_t first = 0;
+        const uint32_t r = block % lookup(l, first);
+        return r == 0 ? own : acc + first + size_t(r - 1) * size_words;
+    }
+};
+
 // Fixed point, one feature: thread f of a row adds feature f (see grid_param_grad_lanes_kernel).
 struct FixedLaneSink {
     unsigned long long* base;  // the level's accumulator + the thread's feature
@@ -910,7 +940,8 @@ __global__ void __launch_bounds__(kThreads)
     grid_param_grad_lanes_levels_kernel(const KernelArgs a, const LevelList list, int64_t rows,
                                         const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
                                         int64_t v_stride, const T* __restrict__ g, GradLayout g_layout,
-                                        unsigned long long* __restrict__ acc, const int* __restrict__ exponents) {
+                                        unsigned long long* __restrict__ acc, const int* __restrict__ exponents,
+                                        const Replicas reps) {
     constexpr uint32_t kRowsPerBlock = kThreads / F;
     const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock, row = row0 + threadIdx.x / F;
     const uint32_t f = threadIdx.x % F;
@@ -935,15 +966,15 @@ __global__ void __launch_bounds__(kThreads)
         if (k == kNonFiniteExponent) continue;  // the conversion writes NaN for the level
         const LevelInfo& L = a.levels[level];
         const float gv[1] = {to_acc(g[g_layout.at(row, level) + f])};
+        unsigned long long* words = reps.words(acc, acc + size_t(L.offset) * F, level, L.size * F, blockIdx.x);
 #if defined(TNN_WITH_CUDA)
         if constexpr (BULK) {
-            const FixedBulkPairSink sink{FixedLaneSink{acc + size_t(L.offset) * F + f, F, k}, acc + size_t(L.offset) * F,
-                                         f, lanes, &ring};
+            const FixedBulkPairSink sink{FixedLaneSink{words + f, F, k}, words, f, lanes, &ring};
             row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, sink);
             continue;
         }
 #endif  // TNN_WITH_CUDA
-        const FixedLaneSink sink{acc + size_t(L.offset) * F + f, F, k};
+        const FixedLaneSink sink{words + f, F, k};
         row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, sink);
     }
 #if defined(TNN_WITH_CUDA)
@@ -1232,12 +1263,23 @@ __global__ void __launch_bounds__(kThreads)
 // evaluated from the row's weights, so a non-finite input still makes the level NaN. Nearest and
 // stochastic interpolation feed one corner with weight 1. No entry, hash or corner loop: the bound
 // pass costs about a read of x and dL/dy.
+// Linear, without the weights: a weight w = pos - floor(pos) of a finite position lies in [0, 1], where
+// w + fl(1 - w) rounds to exactly 1 (1 - w is exact for w >= 1/2; below, fl(1 - w) is within 2^-25 of
+// 1 - w, and a sum within 2^-25 of 1 rounds to 1, the tie 1 - 2^-25 to even), so the product is 1.0f
+// and the bound m (1 + 2^-10), the same bits as the product's form; a position that is not finite
+// makes w, and so the bound, NaN in both forms.
 template <uint32_t D, uint32_t F>
 __device__ __forceinline__ float first_order_row_bound(const KernelArgs& a, const LevelInfo& L,
                                                        const float* __restrict__ x, const float (&g)[F]) {
     const float m = max_abs_keep_nan<F>(g);
     const auto interp = static_cast<Interpolation>(a.interpolation);
     if (interp == Interpolation::Nearest || a.stochastic) return m;
+    if (interp == Interpolation::Linear) {
+        bool finite = true;
+        TNN_UNROLL
+        for (uint32_t d = 0; d < D; ++d) finite = finite && isfinite(fmaf(L.scale, x[d], 0.5f));  // axis_weight's pos
+        return finite ? m * (1.0f + 1.0f / 1024.0f) : __int_as_float(0x7FFFFFFF);
+    }
     const Located<D> p = locate<D>(x, L.scale, interp);
     float weights = 1.0f;
     TNN_UNROLL
@@ -1330,16 +1372,39 @@ __global__ void __launch_bounds__(kThreads)
 // once and its dL/dy level after level (contiguous across the warp in the level-major layout); block
 // maxima per level in shared memory (a warp maximum first, then one shared atomic per warp and
 // level), then one global atomicMax per block and level. Same values as grid_param_bound_kernel.
-template <typename T, uint32_t D, uint32_t F>
+// STAGED (the caller's rows, the listed levels consecutive from `first` and their values kStagedWords
+// words or fewer, 16-byte aligned, BoundStaging): the block first copies its rows' values to shared memory
+// with 16-byte loads of consecutive lanes, then each thread reads its row's there (rows one word apart
+// in banks). Without, a warp's load of one level touches every row's sector once per level: the pass was
+// bound by L1 throughput (66 us of the deterministic backward at 2^20, run 110).
+constexpr uint32_t kStagedWords = 32;  // 128 bytes of dL/dy per row
+struct BoundStaging {
+    uint32_t first = 0;  // the first listed level
+    uint32_t words = 0;  // 4-byte words of the listed levels' values per row (a multiple of 4)
+};
+template <typename T, uint32_t D, uint32_t F, bool STAGED>
 __global__ void __launch_bounds__(kThreads)
     grid_param_bound_rows_kernel(const KernelArgs a, const LevelList list, int64_t rows, const float* __restrict__ x,
-                                 int64_t x_stride, const T* __restrict__ g, GradLayout g_layout,
+                                 int64_t x_stride, const T* __restrict__ g, GradLayout g_layout, BoundStaging st,
                                  unsigned int* __restrict__ bound_bits) {
     __shared__ unsigned int block_max[grid::kMaxLevels];
     for (uint32_t i = threadIdx.x; i < list.count; i += kThreads) block_max[i] = 0;
-    __syncthreads();
-    const int64_t row = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+    const int64_t row0 = int64_t(blockIdx.x) * kThreads, row = row0 + threadIdx.x;
     const bool active = row < rows;
+    [[maybe_unused]] const uint32_t* staged_row = nullptr;
+    if constexpr (STAGED) {
+        __shared__ uint32_t staged[kThreads * (kStagedWords + 1)];
+        const uint32_t chunks = st.words / 4, stride = st.words + 1;
+        const int64_t n_rows = rows - row0 < kThreads ? rows - row0 : kThreads;
+        for (uint32_t i = threadIdx.x; i < uint32_t(n_rows) * chunks; i += kThreads) {
+            const uint32_t r = i / chunks, k = i % chunks;
+            const uint4 w = *reinterpret_cast<const uint4*>(g + g_layout.at(row0 + r, st.first) + k * (16 / sizeof(T)));
+            uint32_t* out = staged + r * stride + 4 * k;
+            out[0] = w.x, out[1] = w.y, out[2] = w.z, out[3] = w.w;
+        }
+        staged_row = staged + threadIdx.x * stride;
+    }
+    __syncthreads();
     float xr[D];
     TNN_UNROLL
     for (uint32_t d = 0; d < D; ++d) xr[d] = active ? x[row * x_stride + d] : 0.0f;
@@ -1348,7 +1413,13 @@ __global__ void __launch_bounds__(kThreads)
         uint32_t bits = 0;
         if (active) {
             float gv[F];
-            load_gradient<T, F>(g, g_layout, row, level, gv);
+            if constexpr (STAGED) {
+                const T* values = reinterpret_cast<const T*>(staged_row) + size_t(level - st.first) * F;
+                TNN_UNROLL
+                for (uint32_t f = 0; f < F; ++f) gv[f] = to_acc(values[f]);
+            } else {
+                load_gradient<T, F>(g, g_layout, row, level, gv);
+            }
             bits = __float_as_uint(fabsf(first_order_row_bound<D, F>(a, a.levels[level], xr, gv)));
         }
         bits = warp_max(bits);
@@ -1553,19 +1624,77 @@ __global__ void grid_gradient_from_float_quads_kernel(float* __restrict__ acc, T
     }
 }
 
-// The same from the fixed-point accumulator; blockIdx.y is the level (its exponent).
+// The same from the fixed-point accumulator; blockIdx.y is the level (its exponent), whose copies
+// (Replicas) are added first. `pairs` (acc 16-byte and dst two-value aligned): two values per thread, one
+// 16-byte load per copy and one store, where the level starts at an even word; else one each. discard
+// (acc 128-byte aligned, dead after this kernel): each whole 128-byte line of the level's own words leaves
+// L2 unwritten once read (its 8 pairs are lanes 8k..8k+7 of one warp in one iteration, as in
+// grid_gradient_from_float_quads_kernel); the copies' few lines are left.
 template <typename T>
-__global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, uint32_t n_features,
-                                                const unsigned long long* __restrict__ acc,
-                                                const int* __restrict__ exponents, T* __restrict__ dst,
-                                                bool accumulate) {
+__global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, uint32_t n_features, unsigned long long* acc,
+                                                const int* __restrict__ exponents, const Replicas reps,
+                                                T* __restrict__ dst, bool accumulate, bool pairs, bool discard) {
+    using Pair = gpu::Packed<T, 2>;
     const LevelInfo& L = a.levels[blockIdx.y];
     const int k = exponents[blockIdx.y];
     const int64_t begin = int64_t(L.offset) * n_features, n = int64_t(L.size) * n_features;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        const float value = from_fixed_point(static_cast<long long>(acc[begin + i]), k);
-        dst[begin + i] = gradient_value(value, dst + begin + i, accumulate);
+    uint64_t first_copy = 0;
+    const uint32_t copies = reps.lookup(blockIdx.y, first_copy);
+    const unsigned long long* extra = acc + first_copy;
+    const int64_t step = int64_t(gridDim.x) * blockDim.x;
+    auto sum = [&](int64_t i) {  // word i of the level, its copies added
+        unsigned long long s = acc[begin + i];
+        for (uint32_t r = 1; r < copies; ++r) s += extra[int64_t(r - 1) * n + i];
+        return static_cast<long long>(s);
+    };
+    if (!pairs || begin % 2 != 0) {
+        for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
+            dst[begin + i] = gradient_value(from_fixed_point(sum(i), k), dst + begin + i, accumulate);
+        return;
     }
+    const int64_t n_pairs = n / 2, items = n_pairs + n % 2;
+    const bool lines = discard && begin % 16 == 0;
+    // Every lane of a warp runs the same iterations (the warp barrier below).
+    for (int64_t first = int64_t(blockIdx.x) * blockDim.x; first < items; first += step) {
+        const int64_t i = first + threadIdx.x;
+        if (i < n_pairs) {
+            ulonglong2 w = reinterpret_cast<const ulonglong2*>(acc + begin)[i];
+            for (uint32_t r = 1; r < copies; ++r) {
+                const ulonglong2 c = reinterpret_cast<const ulonglong2*>(extra + int64_t(r - 1) * n)[i];
+                w.x += c.x, w.y += c.y;
+            }
+            Pair p;
+            if (accumulate) p = reinterpret_cast<const Pair*>(dst + begin)[i];
+            p.v[0] = gradient_value(from_fixed_point(static_cast<long long>(w.x), k), p.v, accumulate);
+            p.v[1] = gradient_value(from_fixed_point(static_cast<long long>(w.y), k), p.v + 1, accumulate);
+            reinterpret_cast<Pair*>(dst + begin)[i] = p;
+        } else if (i < items) {
+            dst[begin + n - 1] = gradient_value(from_fixed_point(sum(n - 1), k), dst + begin + n - 1, accumulate);
+        }
+        if (lines) {
+            gpu::sync_warp();
+            if (i % 8 == 0 && i + 8 <= n_pairs) discard_l2_line(acc + begin + 2 * i);
+        }
+    }
+}
+
+// grid_param_bound_rows_kernel's staging where it applies: the caller's rows (level_stride F), the listed
+// levels consecutive, their values whole 16-byte chunks (kStagedWords words or fewer) at 16-byte aligned
+// addresses in every row; else words = 0 (a load per row and level).
+template <typename T, uint32_t F>
+BoundStaging bound_staging(const LevelList& list, const T* g, const GradLayout& layout) {
+    BoundStaging st;
+    if (list.count == 0 || layout.level_stride != F) return st;
+    for (uint32_t i = 1; i < list.count; ++i)
+        if (list.ids[i] != list.ids[0] + i) return st;
+    const size_t bytes = size_t(list.count) * F * sizeof(T);
+    const auto first = reinterpret_cast<uintptr_t>(g + layout.at(0, list.ids[0]));
+    if (bytes % 16 != 0 || bytes / 4 > kStagedWords || first % 16 != 0 ||
+        (static_cast<size_t>(layout.row_stride) * sizeof(T)) % 16 != 0)
+        return st;
+    st.first = list.ids[0];
+    st.words = static_cast<uint32_t>(bytes / 4);
+    return st;
 }
 
 // ---- launchers ---------------------------------------------------------------------------------------
@@ -1597,10 +1726,11 @@ struct Launchers {
                                    unsigned long long* acc, const int* exponents);
     // bulk: x-pairs of adjacent entries as bulk reductions where the kernel has them (F = 2, first order;
     // Variant::det_bulk; NVIDIA only, acc 16-byte aligned).
-    // Returns whether it launched the bulk-pair kernel.
+    // Replicated levels add into their copies (Replicas). Returns whether it launched the bulk-pair kernel.
     bool (*param_grad_fixed_lane_levels)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                          const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
-                                         unsigned long long* acc, const int* exponents, bool bulk);
+                                         unsigned long long* acc, const int* exponents, const Replicas& reps,
+                                         bool bulk);
     bool (*param_grad_fixed_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                      const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                      unsigned long long* acc, const int* exponents);
@@ -1742,7 +1872,7 @@ template <uint32_t D> Launchers make_launchers() {
     l.param_grad_fixed_lane_levels = [](const Call& c, DType dtype, uint32_t n_features, bool second,
                                         const LevelList& list, const float* v, int64_t v_stride, const void* g,
                                         GradLayout g_layout, unsigned long long* acc, const int* exponents,
-                                        bool bulk) {
+                                        const Replicas& reps, bool bulk) {
         bool bulk_launched = false;
         if (list.count == 0) return bulk_launched;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
@@ -1761,7 +1891,7 @@ template <uint32_t D> Launchers make_launchers() {
                 dispatch_bool(bulk_launched, [&](auto b) {
                     constexpr bool BULK = decltype(b)::value && F == 2 && !SECOND && kBulkPairsBuilt;
                     grid_param_grad_lanes_levels_kernel<T, D, F, SECOND, BULK><<<blocks, kThreads, 0, c.stream>>>(
-                            *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
+                            *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents, reps);
                 });
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_levels_kernel");
@@ -1862,8 +1992,12 @@ template <uint32_t D> Launchers make_launchers() {
             const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads));
             const T* gt = static_cast<const T*>(g);
             if (!second) {
-                grid_param_bound_rows_kernel<T, D, F><<<dim3(bpl), kThreads, 0, c.stream>>>(
-                        *c.args, list, c.rows, c.x, c.x_stride, gt, g_layout, bound_bits);
+                const BoundStaging st = bound_staging<T, F>(list, gt, g_layout);
+                dispatch_bool(st.words != 0, [&](auto staged) {
+                    grid_param_bound_rows_kernel<T, D, F, decltype(staged)::value><<<dim3(bpl), kThreads, 0,
+                                                                                      c.stream>>>(
+                            *c.args, list, c.rows, c.x, c.x_stride, gt, g_layout, st, bound_bits);
+                });
                 TNN_GPU_CHECK_LAUNCH("grid_param_bound_rows_kernel");
                 return;
             }

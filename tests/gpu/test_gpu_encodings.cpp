@@ -635,6 +635,66 @@ TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
 #endif  // TNN_WITH_CUDA
 }
 
+// Copies of the deterministic accumulators of coarse levels (Variant::det_replicas) give the same bits as
+// none: det_replicas 1 copies every level with two or more contributions per entry (up to 16 copies and 4
+// levels: the dense levels of the coarse case and its hashed level too), 16 fewer, the default (64 on
+// NVIDIA GPUs, none on AMD GPUs) fewer still; with the bulk pairs off and at their default, the
+// shared-memory levels off and on, overwrite and accumulate, fp32 / fp16 / bf16, batches ending inside a
+// warp. The coarse case's level 0 (4^3 entries) gets ~2500 contributions per entry. Then the bound pass:
+// its staged dL/dy rows (the caller's rows) and its per-row loads (dL/dy copied level-major first) give
+// the same exponents, so the same bits.
+TEST(GridGpu, DeterministicReplicasGiveTheSameBits) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    std::vector<EncodingCase> cases = {case_named("hash3d_f2_deterministic_global"),
+                                       case_named("dense3d_f2_deterministic_global"),
+                                       case_named("hash6d_f2_deterministic"),
+                                       case_named("hash3d_f8_smoothstep_deterministic")};
+    cases.push_back(grid_case("hash3d_f2_coarse_deterministic", 3,
+                              grid_config("HashGrid", {{"n_levels", 4}, {"log2_hashmap_size", 14},
+                                                       {"base_resolution", 4}, {"per_level_scale", 2.0},
+                                                       {"deterministic", true}}),
+                              20001));
+    for (const EncodingCase& c : cases)
+        for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+            SCOPED_TRACE(msg(c.name, " ", dtype_name(dtype)));
+            const auto enc = create_encoding(c.n_dims, c.config, dtype);
+            const EncodingData data = make_data(c, *enc, dtype, 19);
+            TestStream stream(Device::gpu(0));
+            for (GradMode mode : {GradMode::overwrite, GradMode::accumulate})
+                for (const int shared_kib : {0, -1})
+                    for (const int bulk : {0, -1}) {
+                        SCOPED_TRACE(msg(mode == GradMode::overwrite ? "overwrite" : "accumulate", ", shared_kib ",
+                                         shared_kib, ", det_bulk ", bulk));
+                        auto with = [&](int replicas) {
+                            return variant_with([&](auto& v) {
+                                v.shared_kib = shared_kib;
+                                v.det_bulk = bulk;
+                                v.det_replicas = replicas;
+                            });
+                        };
+                        grid_gpu::set_variant(with(0));
+                        const EncodingResult none = run_encoding(*enc, stream, data, c.batch, mode);
+                        for (const int replicas : {1, 16, -1}) {
+                            SCOPED_TRACE(msg("det_replicas ", replicas));
+                            grid_gpu::set_variant(with(replicas));
+                            const EncodingResult copied = run_encoding(*enc, stream, data, c.batch, mode);
+                            grid_gpu::set_variant({});
+                            expect_same_bits(to_float(none.dL_dparams), to_float(copied.dL_dparams),
+                                             "dL/dparams with copies");
+                            expect_same_bits(to_float(none.dL_dparams2), to_float(copied.dL_dparams2), "dL'/dparams");
+                        }
+                    }
+            grid_gpu::set_variant({});
+            const EncodingResult staged = run_encoding(*enc, stream, data, c.batch);
+            grid_gpu::set_variant(variant_with([](auto& v) { v.level_major_grads = 1; }));
+            const EncodingResult level_major = run_encoding(*enc, stream, data, c.batch);
+            grid_gpu::set_variant({});
+            expect_same_bits(to_float(staged.dL_dparams), to_float(level_major.dL_dparams),
+                             "dL/dparams, bound pass on staged rows and on level-major dL/dy");
+        }
+}
+
 // Kernel variants (load paths, shared-memory levels, vector atomics) all match the reference; the
 // forward output does not depend on the load path at all.
 TEST(GridGpu, KernelVariantsAgree) {
@@ -899,15 +959,18 @@ TEST(GridGpu, DeterministicSharedWordsGiveTheSlotsBits) {
 // The fast gradient's conversion from the fp32 scratch to fp16 / bf16 parameters: four values per thread
 // when the gradient is 4-element aligned (grid_gradient_from_float_quads_kernel, with its tail: 162
 // values for the Tiled case, 162 % 4 = 2), one per thread otherwise (the gradient one element further
-// on), in overwrite and accumulate mode. The overwritten gradient matches the reference; accumulating
-// onto a prefill gives the prefill plus the overwritten gradient within one rounding of each to the
-// dtype and the fp32 atomics' reordering.
+// on), in overwrite and accumulate mode; the deterministic one's from 64-bit integers the same way, two
+// values per thread when aligned (grid_gradient_from_fixed_kernel; F = 2 and F = 1 levels), one
+// otherwise. The overwritten gradient matches the reference; accumulating onto a prefill gives the
+// prefill plus the overwritten gradient within one rounding of each to the dtype and the fp32 atomics'
+// reordering.
 TEST(GridGpu, GradientConversionAccumulatesAtEveryAlignment) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
     const EncodingCase tiled = grid_case("tiled3d_f2_162_values", 3,
                                          grid_config("TiledGrid", {{"n_levels", 3}, {"base_resolution", 3}}), 300);
-    for (const EncodingCase* c : {&case_named("hash3d_f2_linear"), &tiled})
+    for (const EncodingCase* c : {&case_named("hash3d_f2_linear"), &tiled, &case_named("hash3d_f2_deterministic"),
+                                  &case_named("dense3d_f1_deterministic_smoothstep")})
         for (DType dtype : {DType::f16, DType::bf16})
             for (int64_t offset : {int64_t(0), int64_t(1)}) {
                 SCOPED_TRACE(msg(c->name, " ", dtype_name(dtype), " offset ", offset));
