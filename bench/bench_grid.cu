@@ -567,11 +567,9 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
         two_tiles.backward_m_tiles = 2;
         dx_one.dx_values = 1, dx_pairs.dx_values = 2;
         // "train_step_det_no_bulk": the deterministic step with the grid's x-pairs as 64-bit reductions per
-        // lane instead of bulk reductions (grid_gpu::Variant::det_bulk, twenty-first session);
-        // "train_step_det_no_replicas": without copies of the coarse levels' accumulators
-        // (grid_gpu::Variant::det_replicas, twenty-second session).
-        grid_gpu::Variant no_bulk, no_replicas;
-        no_bulk.det_bulk = 0, no_replicas.det_replicas = 0;
+        // lane instead of bulk reductions (grid_gpu::Variant::det_bulk, twenty-first session).
+        grid_gpu::Variant no_bulk;
+        no_bulk.det_bulk = 0;
         struct Variant {
             bool det, fused;
             const char* pass;
@@ -582,8 +580,7 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
                                  Variant{true, true, "train_step_det"}, Variant{false, true, "train_step_mlp_two_tiles", two_tiles},
                                  Variant{false, true, "train_step_dx_one_value", dx_one},
                                  Variant{false, true, "train_step_dx_pairs", dx_pairs},
-                                 Variant{true, true, "train_step_det_no_bulk", {}, no_bulk},
-                                 Variant{true, true, "train_step_det_no_replicas", {}, no_replicas}}) {
+                                 Variant{true, true, "train_step_det_no_bulk", {}, no_bulk}}) {
             const bool default_plan = !v.mlp_plan.backward_m_tiles && !v.mlp_plan.dx_values;
             const ffm::PlanOverrideScope scope(v.mlp_plan);
             const GridVariantScope grid_scope(v.grid);  // before the trainer captures its graph
@@ -828,14 +825,11 @@ int main(int argc, char** argv) {
     bench_row(main_row({"backward", "fwd_bwd"}), o, s, results,
               variant([](auto& v) { v.shared_kib = 227; v.shared_fixed = 1; }), "shared_227KiB_split");
     bench_row(fast, o, s, results, variant([](auto& v) { v.shared_kib = 227; }), "shared_227KiB");
-    // Twenty-second session: copies of the coarse levels' accumulators (det_replicas; automatic: one per 64
-    // contributions per entry, level 1 gets 8 and level 2 2 at 2^20) against none, one per 16 and per 256;
-    // the conversion's dropped lines (discard_scratch) against kept ones.
-    const Row det_rows = main_row({"backward_det", "fwd_bwd_det"});
-    bench_row(det_rows, o, s, results, variant([](auto& v) { v.det_replicas = 0; }), "det_no_replicas");
-    bench_row(det, o, s, results, variant([](auto& v) { v.det_replicas = 16; }), "det_replicas_16");
-    bench_row(det, o, s, results, variant([](auto& v) { v.det_replicas = 256; }), "det_replicas_256");
-    bench_row(det_rows, o, s, results, variant([](auto& v) { v.discard_scratch = 0; }), "det_keep_scratch_lines");
+    // Twenty-second session: the deterministic conversion's dropped lines (discard_scratch) against kept
+    // ones. (Copies of the coarse levels' accumulators, 2-16 per level, were measured in run 112 and
+    // removed: no change, bench/notes_grid.md section 17.)
+    bench_row(main_row({"backward_det", "fwd_bwd_det"}), o, s, results, variant([](auto& v) { v.discard_scratch = 0; }),
+              "det_keep_scratch_lines");
     // (48 and 64 MiB were slower still in run 77: 1.170 and 1.391 ms against 0.986.)
     for (int mib : {8, 16})
         bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }),

@@ -124,41 +124,6 @@ bool det_shared_words(const Variant& v) {
     return nvidia_only_switch(v.det_shared_words, "det_shared_words (three 32-bit words per shared-memory slot)");
 }
 
-// Copies of the deterministic accumulators of coarse levels (Variant::det_replicas; Replicas): a level of
-// `global` whose entries receive on average c contributions (rows x corners / entries) gets the largest
-// power of two of copies up to c / target and kMaxCopies; kMaxReplicatedLevels levels at most, the
-// copies after the n words of the levels, each level's 16-word aligned. Automatic target: 64 on NVIDIA
-// GPUs (the main row at 2^20: level 1, 13 824 entries, ~607 contributions each, gets 8 copies; level 2,
-// ~180 each, 2), none on AMD GPUs (not measured there).
-struct ReplicaPlan {
-    Replicas reps;
-    size_t words;  // accumulator words with the copies
-};
-constexpr uint32_t kMaxCopies = 16;
-constexpr int kReplicaTarget = 64;
-ReplicaPlan plan_replicas(const GridDesc& desc, const LevelList& global, int64_t rows, bool one_corner, size_t n,
-                          const Variant& v, int capability) {
-    ReplicaPlan p{Replicas{}, n};
-    const int target = v.det_replicas >= 0 ? v.det_replicas : gpu::is_nvidia(capability) ? kReplicaTarget : 0;
-    if (target == 0) return p;
-    const double corners = one_corner ? 1.0 : static_cast<double>(1u << desc.n_dims);
-    size_t end = (n + 15) / 16 * 16;
-    for (uint32_t i = 0; i < global.count && p.reps.count < kMaxReplicatedLevels; ++i) {
-        const uint32_t level = global.ids[i];
-        const double per_entry = static_cast<double>(rows) * corners / static_cast<double>(desc.levels[level].size);
-        uint32_t copies = 1;
-        while (copies < kMaxCopies && per_entry / (2.0 * copies) >= target) copies *= 2;
-        if (copies == 1) continue;
-        const uint32_t j = p.reps.count++;
-        p.reps.level[j] = level;
-        p.reps.copies[j] = copies;
-        p.reps.offset[j] = end;
-        end += (size_t(copies - 1) * desc.levels[level].size * desc.n_features + 15) / 16 * 16;
-    }
-    p.words = end;
-    return p;
-}
-
 // Whether the deterministic gradient sends x-pairs of adjacent entries as bulk reductions
 // (Variant::det_bulk; FixedBulkPairSink). Run 106 of 2026-12-02 (H200, main row, deterministic backward):
 // 1.529 ms with them against 1.951 without at 2^20 (2.902 ms at 2^21), the deterministic training step
@@ -421,10 +386,23 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     }
 
     // Deterministic: per-level bound -> fixed-point exponent -> 64-bit integer atomics -> conversion.
+    Buffer acc_buffer = Buffer::temporary(stream, n * sizeof(unsigned long long));
+    Buffer level_buffer = Buffer::temporary(stream, 2 * grid::kMaxLevels * sizeof(int));
+    auto* acc = static_cast<unsigned long long*>(acc_buffer.data());
+    auto* bound_bits = static_cast<unsigned int*>(level_buffer.data());
+    int* exponents = reinterpret_cast<int*>(bound_bits + grid::kMaxLevels);
+    zero(stream, acc, n * sizeof(unsigned long long));
+    zero(stream, level_buffer.data(), level_buffer.bytes());
     const bool words = det_shared_words(var);
     const ReductionPlan plan =
         plan_reduction(desc, c.rows, n_contributing, second, words ? 3 * sizeof(uint32_t) : sizeof(unsigned long long),
                        shared_budget(stream, var), words ? kWordsMaxAdds : 0);
+    L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_bits);
+    grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
+    TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
+    Beside beside(stream, c, overlap_shared(plan, var));
+    L.param_grad_shared_fixed(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
+                              plan.shared_bytes, g_data, gl, acc, exponents, words);
     // Integer reductions have no vector form: threads per feature (and corner) put an entry's words on
     // consecutive lanes, which leave as one request per 32-byte sector. Automatic: a thread per
     // (row, feature) over groups of levels when F > 1, per (row, level, corner, feature) when F = 1, per
@@ -433,27 +411,12 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     int mapping = var.det_mapping;
     if (mapping < 0) mapping = F > 1 ? 3 : one_corner ? 0 : 2;
     const int cc = gpu::device_properties(stream.device().index).capability;
-    const ReplicaPlan copies = mapping == 3 && F > 1 ? plan_replicas(desc, plan.global, c.rows, one_corner, n, var, cc)
-                                                     : ReplicaPlan{Replicas{}, n};
-    Buffer acc_buffer = Buffer::temporary(stream, copies.words * sizeof(unsigned long long));
-    Buffer level_buffer = Buffer::temporary(stream, 2 * grid::kMaxLevels * sizeof(int));
-    auto* acc = static_cast<unsigned long long*>(acc_buffer.data());
-    auto* bound_bits = static_cast<unsigned int*>(level_buffer.data());
-    int* exponents = reinterpret_cast<int*>(bound_bits + grid::kMaxLevels);
-    zero(stream, acc, copies.words * sizeof(unsigned long long));
-    zero(stream, level_buffer.data(), level_buffer.bytes());
-    L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_bits);
-    grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
-    TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
-    Beside beside(stream, c, overlap_shared(plan, var));
-    L.param_grad_shared_fixed(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
-                              plan.shared_bytes, g_data, gl, acc, exponents, words);
     if (mapping == 3 && F > 1) {
         // Bulk pairs: F = 2, first order, 16-byte aligned entries (16 bytes each; temporary buffers are).
         const bool bulk = F == 2 && !second && det_bulk(var, cc) && aligned(acc, 16);
         for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(unsigned long long), var))
             if (L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc,
-                                               exponents, copies.reps, bulk))
+                                               exponents, bulk))
                 g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
     } else if (mapping == 2) {
         if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
@@ -480,7 +443,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         const int64_t items = static_cast<int64_t>(largest * F);
         const dim3 grid(gpu::elementwise_grid(pairs ? items / 2 + items % 2 : items).x, desc.n_levels);
         grid_gradient_from_fixed_kernel<T><<<grid, gpu::kElementwiseThreads, 0, s>>>(
-            args, F, acc, exponents, copies.reps, static_cast<T*>(dL_dparams), accumulate, pairs, discard);
+            args, F, acc, exponents, static_cast<T*>(dL_dparams), accumulate, pairs, discard);
         TNN_GPU_CHECK_LAUNCH("grid_gradient_from_fixed_kernel");
     });
 }

@@ -247,11 +247,6 @@ struct Variant {
                                  // reductions per lane; the same bits either way (-1: 1 on NVIDIA sm_90 and
                                  // later, 0 elsewhere; 1 on an older NVIDIA GPU issues the four values as
                                  // atomics; on AMD GPUs 1 is an UnsupportedError)
-    int det_replicas = -1;       // deterministic gradient, a thread per (row, feature) over groups of levels:
-                                 // a level whose entries receive c contributions on average adds them into
-                                 // copies of its accumulator (a power of two up to c / det_replicas, at most
-                                 // 16; 4 levels at most), which the conversion adds; the same bits either way
-                                 // (0: no copies; -1: 64 on NVIDIA GPUs, 0 on AMD GPUs)
 };
 void set_variant(const Variant& v);
 Variant variant();

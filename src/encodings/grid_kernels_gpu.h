@@ -508,36 +508,6 @@ struct FixedSink {
     }
 };
 
-// Copies of coarse levels' fixed-point accumulators (Variant::det_replicas): the threads over groups of
-// levels add a replicated level's contributions into copy blockIdx.x % copies (copy 0 the level's own
-// words, copy r >= 1 at offset + (r - 1) * size * F), and the conversion adds the copies. Integer sums:
-// the same bits with any number of copies. A dense level with hundreds of rows per entry sends its
-// reductions to few addresses, which the L2 adds one after another (run 110); copies spread them.
-constexpr uint32_t kMaxReplicatedLevels = 4;
-struct Replicas {
-    uint32_t count = 0;
-    uint32_t level[kMaxReplicatedLevels] = {};
-    uint32_t copies[kMaxReplicatedLevels] = {};
-    uint64_t offset[kMaxReplicatedLevels] = {};  // copy 1's first word in the accumulator (16-word aligned)
-    // Level l's copies (1: none) and copy 1's offset. Constant indices only (unrolled), so that the
-    // kernel argument stays in registers: a variable index would copy it to the stack.
-    __device__ __forceinline__ uint32_t lookup(uint32_t l, uint64_t& first) const {
-        uint32_t c = 1;
-        first = 0;
-        TNN_UNROLL
-        for (uint32_t j = 0; j < kMaxReplicatedLevels; ++j)
-            if (j < count && level[j] == l) c = copies[j], first = offset[j];
-        return c;
-    }
-    // The words block `block` adds a level's contributions to: `own` (the level's), or its copy.
-    __device__ __forceinline__ unsigned long long* words(unsigned long long* acc, unsigned long long* own, uint32_t l,
-                                                         uint32_t size_words, uint32_t block) const {
-        uint64_t first = 0;
-        const uint32_t r = block % lookup(l, first);
-        return r == 0 ? own : acc + first + size_t(r - 1) * size_words;
-    }
-};
-
 // Fixed point, one feature: thread f of a row adds feature f (see grid_param_grad_lanes_kernel).
 struct FixedLaneSink {
     unsigned long long* base;  // the level's accumulator + the thread's feature
@@ -940,8 +910,7 @@ __global__ void __launch_bounds__(kThreads)
     grid_param_grad_lanes_levels_kernel(const KernelArgs a, const LevelList list, int64_t rows,
                                         const float* __restrict__ x, int64_t x_stride, const float* __restrict__ v,
                                         int64_t v_stride, const T* __restrict__ g, GradLayout g_layout,
-                                        unsigned long long* __restrict__ acc, const int* __restrict__ exponents,
-                                        const Replicas reps) {
+                                        unsigned long long* __restrict__ acc, const int* __restrict__ exponents) {
     constexpr uint32_t kRowsPerBlock = kThreads / F;
     const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock, row = row0 + threadIdx.x / F;
     const uint32_t f = threadIdx.x % F;
@@ -966,15 +935,15 @@ __global__ void __launch_bounds__(kThreads)
         if (k == kNonFiniteExponent) continue;  // the conversion writes NaN for the level
         const LevelInfo& L = a.levels[level];
         const float gv[1] = {to_acc(g[g_layout.at(row, level) + f])};
-        unsigned long long* words = reps.words(acc, acc + size_t(L.offset) * F, level, L.size * F, blockIdx.x);
 #if defined(TNN_WITH_CUDA)
         if constexpr (BULK) {
-            const FixedBulkPairSink sink{FixedLaneSink{words + f, F, k}, words, f, lanes, &ring};
+            const FixedBulkPairSink sink{FixedLaneSink{acc + size_t(L.offset) * F + f, F, k}, acc + size_t(L.offset) * F,
+                                         f, lanes, &ring};
             row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, sink);
             continue;
         }
 #endif  // TNN_WITH_CUDA
-        const FixedLaneSink sink{words + f, F, k};
+        const FixedLaneSink sink{acc + size_t(L.offset) * F + f, F, k};
         row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, sink);
     }
 #if defined(TNN_WITH_CUDA)
@@ -1624,32 +1593,25 @@ __global__ void grid_gradient_from_float_quads_kernel(float* __restrict__ acc, T
     }
 }
 
-// The same from the fixed-point accumulator; blockIdx.y is the level (its exponent), whose copies
-// (Replicas) are added first. `pairs` (acc 16-byte and dst two-value aligned): two values per thread, one
-// 16-byte load per copy and one store, where the level starts at an even word; else one each. discard
-// (acc 128-byte aligned, dead after this kernel): each whole 128-byte line of the level's own words leaves
-// L2 unwritten once read (its 8 pairs are lanes 8k..8k+7 of one warp in one iteration, as in
-// grid_gradient_from_float_quads_kernel); the copies' few lines are left.
+// The same from the fixed-point accumulator; blockIdx.y is the level (its exponent). `pairs` (acc 16-byte
+// and dst two-value aligned): two values per thread, one 16-byte load and one store, where the level
+// starts at an even word; else one each. discard (acc 128-byte aligned, dead after this kernel): each
+// whole 128-byte line of the level's words leaves L2 unwritten once read (its 8 pairs are lanes
+// 8k..8k+7 of one warp in one iteration, as in grid_gradient_from_float_quads_kernel).
 template <typename T>
 __global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, uint32_t n_features, unsigned long long* acc,
-                                                const int* __restrict__ exponents, const Replicas reps,
-                                                T* __restrict__ dst, bool accumulate, bool pairs, bool discard) {
+                                                const int* __restrict__ exponents, T* __restrict__ dst,
+                                                bool accumulate, bool pairs, bool discard) {
     using Pair = gpu::Packed<T, 2>;
     const LevelInfo& L = a.levels[blockIdx.y];
     const int k = exponents[blockIdx.y];
     const int64_t begin = int64_t(L.offset) * n_features, n = int64_t(L.size) * n_features;
-    uint64_t first_copy = 0;
-    const uint32_t copies = reps.lookup(blockIdx.y, first_copy);
-    const unsigned long long* extra = acc + first_copy;
     const int64_t step = int64_t(gridDim.x) * blockDim.x;
-    auto sum = [&](int64_t i) {  // word i of the level, its copies added
-        unsigned long long s = acc[begin + i];
-        for (uint32_t r = 1; r < copies; ++r) s += extra[int64_t(r - 1) * n + i];
-        return static_cast<long long>(s);
+    auto value = [&](int64_t i) {  // word i of the level as T, onto dst's value when accumulating
+        return gradient_value(from_fixed_point(static_cast<long long>(acc[begin + i]), k), dst + begin + i, accumulate);
     };
     if (!pairs || begin % 2 != 0) {
-        for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
-            dst[begin + i] = gradient_value(from_fixed_point(sum(i), k), dst + begin + i, accumulate);
+        for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) dst[begin + i] = value(i);
         return;
     }
     const int64_t n_pairs = n / 2, items = n_pairs + n % 2;
@@ -1658,18 +1620,14 @@ __global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, uint32_t n_f
     for (int64_t first = int64_t(blockIdx.x) * blockDim.x; first < items; first += step) {
         const int64_t i = first + threadIdx.x;
         if (i < n_pairs) {
-            ulonglong2 w = reinterpret_cast<const ulonglong2*>(acc + begin)[i];
-            for (uint32_t r = 1; r < copies; ++r) {
-                const ulonglong2 c = reinterpret_cast<const ulonglong2*>(extra + int64_t(r - 1) * n)[i];
-                w.x += c.x, w.y += c.y;
-            }
+            const ulonglong2 w = reinterpret_cast<const ulonglong2*>(acc + begin)[i];
             Pair p;
             if (accumulate) p = reinterpret_cast<const Pair*>(dst + begin)[i];
             p.v[0] = gradient_value(from_fixed_point(static_cast<long long>(w.x), k), p.v, accumulate);
             p.v[1] = gradient_value(from_fixed_point(static_cast<long long>(w.y), k), p.v + 1, accumulate);
             reinterpret_cast<Pair*>(dst + begin)[i] = p;
         } else if (i < items) {
-            dst[begin + n - 1] = gradient_value(from_fixed_point(sum(n - 1), k), dst + begin + n - 1, accumulate);
+            dst[begin + n - 1] = value(n - 1);
         }
         if (lines) {
             gpu::sync_warp();
@@ -1726,11 +1684,10 @@ struct Launchers {
                                    unsigned long long* acc, const int* exponents);
     // bulk: x-pairs of adjacent entries as bulk reductions where the kernel has them (F = 2, first order;
     // Variant::det_bulk; NVIDIA only, acc 16-byte aligned).
-    // Replicated levels add into their copies (Replicas). Returns whether it launched the bulk-pair kernel.
+    // Returns whether it launched the bulk-pair kernel.
     bool (*param_grad_fixed_lane_levels)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                          const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
-                                         unsigned long long* acc, const int* exponents, const Replicas& reps,
-                                         bool bulk);
+                                         unsigned long long* acc, const int* exponents, bool bulk);
     bool (*param_grad_fixed_corners)(const Call&, DType, uint32_t n_features, bool second, const LevelList&,
                                      const float* v, int64_t v_stride, const void* g, GradLayout g_layout,
                                      unsigned long long* acc, const int* exponents);
@@ -1872,7 +1829,7 @@ template <uint32_t D> Launchers make_launchers() {
     l.param_grad_fixed_lane_levels = [](const Call& c, DType dtype, uint32_t n_features, bool second,
                                         const LevelList& list, const float* v, int64_t v_stride, const void* g,
                                         GradLayout g_layout, unsigned long long* acc, const int* exponents,
-                                        const Replicas& reps, bool bulk) {
+                                        bool bulk) {
         bool bulk_launched = false;
         if (list.count == 0) return bulk_launched;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
@@ -1891,7 +1848,7 @@ template <uint32_t D> Launchers make_launchers() {
                 dispatch_bool(bulk_launched, [&](auto b) {
                     constexpr bool BULK = decltype(b)::value && F == 2 && !SECOND && kBulkPairsBuilt;
                     grid_param_grad_lanes_levels_kernel<T, D, F, SECOND, BULK><<<blocks, kThreads, 0, c.stream>>>(
-                            *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents, reps);
+                            *c.args, list, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
                 });
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_levels_kernel");
