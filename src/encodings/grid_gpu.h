@@ -239,8 +239,9 @@ struct Variant {
                                  // loads only, 0 no hints (-1: 1 into our fp32 scratch, 0.6-1.7% faster in
                                  // runs 77-79; 2 into the caller's fp32 gradient, whose lines would stay
                                  // evict-last after the call)
-    int discard_scratch = 1;     // with l2_hints 1: the conversion drops the fp32 scratch's lines from L2
-                                 // once read (no write-back, no evict-last lines left); 0 keeps them
+    int discard_scratch = 1;     // sm_90: the conversion drops the fast gradient's fp32 scratch (with l2_hints
+                                 // 1) and the deterministic one's 64-bit accumulator from L2 once read (no
+                                 // write-back, no evict-last lines left); 0 keeps them
     int det_bulk = -1;           // deterministic gradient, a thread per (row, feature) over groups of levels,
                                  // F = 2, first order: 1 sends an x-pair of adjacent entries (32 contiguous
                                  // bytes) as one sm_90 bulk reduction from shared memory, 0 as 64-bit integer

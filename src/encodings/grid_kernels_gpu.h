@@ -1228,8 +1228,8 @@ __global__ void __launch_bounds__(kThreads)
 // A first-order row's sum of |contribution| at a level, bounded without enumerating its corners: the
 // weights W_c of Linear / Smoothstep corners sum to prod_d (|w_d| + |1 - w_d|) (= 1 for weights in
 // [0, 1]), so the sum is at most that product times max_f |g_f|; 2^-10 of headroom covers the
-// rounding of the contributions' own products (D <= 7 roundings of 2^-24 each). The product is
-// evaluated from the row's weights, so a non-finite input still makes the level NaN. Nearest and
+// rounding of the contributions' own products (D <= 7 roundings of 2^-24 each). Smoothstep evaluates the
+// product from the row's weights, so a non-finite input still makes the level NaN. Nearest and
 // stochastic interpolation feed one corner with weight 1. No entry, hash or corner loop: the bound
 // pass costs about a read of x and dL/dy.
 // Linear, without the weights: a weight w = pos - floor(pos) of a finite position lies in [0, 1], where
@@ -1340,7 +1340,7 @@ __global__ void __launch_bounds__(kThreads)
 // The first-order bound of every listed level in one pass over the rows: a thread per row reads its x
 // once and its dL/dy level after level (contiguous across the warp in the level-major layout); block
 // maxima per level in shared memory (a warp maximum first, then one shared atomic per warp and
-// level), then one global atomicMax per block and level. Same values as grid_param_bound_kernel.
+// level), then one global atomicMax per block and level.
 // STAGED (the caller's rows, the listed levels consecutive from `first` and their values kStagedWords
 // words or fewer, 16-byte aligned, BoundStaging): the block first copies its rows' values to shared memory
 // with 16-byte loads of consecutive lanes, then each thread reads its row's there (rows one word apart
@@ -1551,7 +1551,9 @@ __global__ void grid_gradient_from_float_kernel(const float* __restrict__ acc, T
 // The 128-byte L2 line at p (128-byte aligned) dropped without being written back (PTX discard: a weak
 // write of an indeterminate value). For the fp32 scratch whose reductions were marked evict-last
 // (Variant::l2_hints 1): once converted those lines are dead, and evict-last lines left behind keep
-// L2 from the next kernels (the forward after a backward measured 3% slower with them, run 81).
+// L2 from the next kernels (the forward after a backward measured 3% slower with them, run 81); and
+// for the deterministic gradient's 64-bit accumulator, whose dirty lines would be written back (~6 us
+// of its backward, run 113).
 __device__ __forceinline__ void discard_l2_line(const void* p) {
 #if defined(TNN_GRID_L2_HINTS)
     asm volatile("discard.global.L2 [%0], 128;" : : "l"(p) : "memory");
