@@ -205,8 +205,8 @@ __global__ void bench_red_xpairs_kernel(float* __restrict__ a, float* __restrict
     }
 }
 
-// The grid kernels' variant for a scope (the model rows: set before a Trainer captures its graph), the one
-// before restored after, also when a row throws.
+// The grid kernels' variant for a scope (a row's passes; the model rows: set before a Trainer captures its
+// graph), the one before restored after, also when a row throws.
 struct GridVariantScope {
     grid_gpu::Variant saved = grid_gpu::variant();
     explicit GridVariantScope(const grid_gpu::Variant& v) { grid_gpu::set_variant(v); }
@@ -493,7 +493,7 @@ void bench_row(const Row& row, const Options& o, const Stream& s, json& results,
     auto enc_det = create_encoding(row.n_dims, det_config, row.dtype);
     RowData t = row_data(row, *enc, dev);
     Tensor &params = t.params, &x = t.x, &dy = t.dy, &y = t.y, &grads = t.grads;
-    grid_gpu::set_variant(variant);
+    const GridVariantScope scope(variant);
     auto record = [&](const std::string& pass, const std::vector<double>& ms) {
         results.push_back({{"label", row.label},   {"pass", pass},       {"batch", row.batch},
                            {"n_dims", row.n_dims}, {"config", row.config}, {"dtype", dtype_name(row.dtype)},
@@ -527,7 +527,6 @@ void bench_row(const Row& row, const Options& o, const Stream& s, json& results,
         results.push_back({{"label", row.label}, {"variant", variant_name}, {"error", ex.what()}});
         std::printf("%-34s ERROR %s\n", row.label.c_str(), ex.what());
     }
-    grid_gpu::set_variant({});
 }
 
 // tcnn's encoding + MLP benchmark: the main grid feeding a FullyFusedMLP (width 64, 2 hidden layers,

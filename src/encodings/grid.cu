@@ -131,8 +131,9 @@ bool det_shared_words(const Variant& v) {
 // older NVIDIA GPU running the bulk kernel would issue its four values as separate atomics, the same bits
 // but slower than the lanes.
 std::atomic<uint64_t> g_bulk_pair_launches{0};
+std::atomic<uint64_t> g_staged_bound_launches{0};  // the bound pass on staged rows (test hook)
 bool det_bulk(const Variant& v, int capability) {
-    if (v.det_bulk < 0 && !(gpu::is_nvidia(capability) && capability >= gpu::kCcHopper)) return false;
+    if (v.det_bulk < 0 && !gpu::is_nvidia_sm90_or_later(capability)) return false;
     return nvidia_only_switch(v.det_bulk, "det_bulk (bulk reductions from shared memory)");
 }
 
@@ -248,6 +249,15 @@ std::vector<LevelList> level_groups(const GridDesc& desc, const LevelList& list,
     return groups;
 }
 
+// Whether a gradient conversion drops its accumulator's lines from L2 once read (Variant::discard_scratch):
+// NVIDIA sm_90 and later (the kernels discard in sm_90 builds only, TNN_GRID_L2_HINTS; elsewhere their
+// warp barrier would be all they got), whole lines of a 128-byte aligned accumulator. A line is read by
+// 8 lanes of one warp: the conversions run blocks of whole warps.
+static_assert(gpu::kElementwiseThreads % 32 == 0, "grid conversion: blocks of whole warps");
+bool drop_lines(const Variant& v, int capability, const void* acc) {
+    return v.discard_scratch != 0 && gpu::is_nvidia_sm90_or_later(capability) && aligned(acc, 128);
+}
+
 bool overlap_shared(const ReductionPlan& plan, const Variant& v) {
     return plan.shared.count > 0 && plan.global.count > 0 && v.overlap_shared != 0;
 }
@@ -359,18 +369,14 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         }
         beside.join();
         if (direct) return;
-        // The scratch's evict-last lines dropped once converted: sm_90 builds only (TNN_GRID_L2_HINTS),
-        // elsewhere its warp barrier would be all the kernel got; whole lines of a 128-byte aligned scratch.
+        // The scratch's evict-last lines dropped once converted (drop_lines).
         const int cc = gpu::device_properties(stream.device().index).capability;
-        const bool discard = l2_hints == 1 && var.discard_scratch != 0 && gpu::is_nvidia(cc) &&
-                             cc >= gpu::kCcHopper && aligned(acc, 128);
+        const bool discard = l2_hints == 1 && drop_lines(var, cc, acc);
         dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
             using T = decltype(t);
             T* dst = static_cast<T*>(dL_dparams);
             const int64_t count = static_cast<int64_t>(n);
             // Four values per thread when both sides allow it (not timed apart: notes_grid.md section 8).
-            // The discard's lines are 8 lanes of one warp: blocks of whole warps.
-            static_assert(gpu::kElementwiseThreads % 32 == 0, "grid conversion: blocks of whole warps");
             if (aligned(acc, 16) && aligned(dst, 4 * sizeof(T))) {
                 grid_gradient_from_float_quads_kernel<T>
                     <<<gpu::elementwise_grid(count / 4 + count % 4), gpu::kElementwiseThreads, 0, s>>>(
@@ -397,7 +403,8 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     const ReductionPlan plan =
         plan_reduction(desc, c.rows, n_contributing, second, words ? 3 * sizeof(uint32_t) : sizeof(unsigned long long),
                        shared_budget(stream, var), words ? kWordsMaxAdds : 0);
-    L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_bits);
+    if (L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_bits))
+        g_staged_bound_launches.fetch_add(1, std::memory_order_relaxed);
     grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
     TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
     Beside beside(stream, c, overlap_shared(plan, var));
@@ -431,10 +438,8 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     }
     beside.join();
     // Two values per thread where aligned; the accumulator's lines dropped once read, as the fast path's
-    // scratch (Variant::discard_scratch; sm_90 builds, TNN_GRID_L2_HINTS): they are dead, and written
-    // back to DRAM otherwise.
-    const bool discard = var.discard_scratch != 0 && gpu::is_nvidia(cc) && cc >= gpu::kCcHopper && aligned(acc, 128);
-    static_assert(gpu::kElementwiseThreads % 32 == 0, "grid conversion: blocks of whole warps");
+    // scratch (drop_lines): they are dead, and written back to DRAM otherwise.
+    const bool discard = drop_lines(var, cc, acc);
     dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
         using T = decltype(t);
         size_t largest = 0;
@@ -461,6 +466,7 @@ Variant variant() {
 }
 
 uint64_t bulk_pair_launches() { return g_bulk_pair_launches.load(std::memory_order_relaxed); }
+uint64_t staged_bound_launches() { return g_staged_bound_launches.load(std::memory_order_relaxed); }
 
 void forward(const GridDesc& g, const Stream& stream, ConstView input, View output, const void* params,
              uint32_t n_active) {

@@ -254,6 +254,8 @@ Variant variant();
 // Test hook: launches of the deterministic gradient's bulk-pair kernel (Variant::det_bulk) so far (counted
 // where the launcher launched it).
 uint64_t bulk_pair_launches();
+// Test hook: launches of the deterministic bound pass on staged dL/dy rows so far.
+uint64_t staged_bound_launches();
 
 }  // namespace tnn::grid_gpu
 #endif  // TNN_WITH_GPU

@@ -513,9 +513,11 @@ struct FixedLaneSink {
     unsigned long long* base;  // the level's accumulator + the thread's feature
     uint32_t stride;           // F
     int k;
-    template <uint32_t N> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[N]) const {
-        const long long q = to_fixed_point(w * g[0], k);
+    __device__ __forceinline__ void add_fixed(uint32_t i, long long q) const {  // an integer already scaled
         if (q != 0) atomicAdd(base + size_t(i) * stride, static_cast<unsigned long long>(q));
+    }
+    template <uint32_t N> __device__ __forceinline__ void add(uint32_t i, float w, const float (&g)[N]) const {
+        add_fixed(i, to_fixed_point(w * g[0], k));
     }
     template <uint32_t N>
     __device__ __forceinline__ void add_pair(uint32_t i0, float w0, uint32_t i1, float w1, const float (&g)[N]) const {
@@ -596,8 +598,8 @@ struct FixedBulkPairSink {
         const long long q0 = to_fixed_point(w0 * g[0], lane.k), q1 = to_fixed_point(w1 * g[0], lane.k);
         const long long o0 = __shfl_xor_sync(lanes, q0, 1), o1 = __shfl_xor_sync(lanes, q1, 1);
         if (i1 != i0 + 1u && i0 != i1 + 1u) {
-            if (q0 != 0) atomicAdd(lane.base + size_t(i0) * lane.stride, static_cast<unsigned long long>(q0));
-            if (q1 != 0) atomicAdd(lane.base + size_t(i1) * lane.stride, static_cast<unsigned long long>(q1));
+            lane.add_fixed(i0, q0);
+            lane.add_fixed(i1, q1);
             return;
         }
         if (f != 0 || (q0 | o0 | q1 | o1) == 0) return;  // nothing to add: the lanes skip zeros too
@@ -826,6 +828,25 @@ __device__ __forceinline__ void load_gradient(const T* __restrict__ g, const Gra
     load_gradient_values<T, F>(g + layout.at(row, level), layout.vec, out);
 }
 
+// Rows [0, n_rows) of per_row units U (row r at src + r * stride units) into shared memory as units S
+// (U whole S units), row r at staged + r * pitch: pitch = per_row * sizeof(U) / sizeof(S) + 1 keeps a
+// thread-per-row read of one unit in consecutive rows in different banks. The block's threads take
+// consecutive units: each row's loads are contiguous across lanes. The caller synchronises after.
+template <typename U, typename S>
+__device__ __forceinline__ void stage_rows(const U* __restrict__ src, int64_t stride, uint32_t n_rows, uint32_t per_row,
+                                           S* staged, uint32_t pitch) {
+    static_assert(sizeof(U) % sizeof(S) == 0, "stage_rows: whole units");
+    constexpr uint32_t kParts = sizeof(U) / sizeof(S);
+    for (uint32_t i = threadIdx.x; i < n_rows * per_row; i += kThreads) {
+        const uint32_t r = i / per_row, e = i - r * per_row;
+        const U u = src[r * stride + e];
+        S parts[kParts];
+        memcpy(parts, &u, sizeof(U));
+        TNN_UNROLL
+        for (uint32_t p = 0; p < kParts; ++p) staged[r * pitch + e * kParts + p] = parts[p];
+    }
+}
+
 // dL/dy of levels [level0, level0 + n_levels) from the caller's rows to level-major order, as words W
 // (2, 4, 8 or 16 bytes; k words per (row, level), all of a level's F values): word j of (row, level)
 // goes to out[(level * rows + row) * k + j]; the caller's row r starts at g + r * g_stride (in words).
@@ -844,11 +865,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row0 = int64_t(blockIdx.x) * kLevelMajorRows;
     const uint32_t n_rows = static_cast<uint32_t>(rows - row0 < kLevelMajorRows ? rows - row0 : kLevelMajorRows);
     const uint32_t per_row = n_levels * k, pitch = per_row + 1;
-    const W* __restrict__ src = g + row0 * g_stride + size_t(level0) * k;
-    for (uint32_t i = threadIdx.x; i < n_rows * per_row; i += kThreads) {
-        const uint32_t r = i / per_row, e = i - r * per_row;
-        staged[r * pitch + e] = src[r * g_stride + e];
-    }
+    stage_rows(g + row0 * g_stride + size_t(level0) * k, g_stride, n_rows, per_row, staged, pitch);
     __syncthreads();
     const uint32_t per_level = n_rows * k;
     for (uint32_t i = threadIdx.x; i < n_levels * per_level; i += kThreads) {
@@ -935,16 +952,15 @@ __global__ void __launch_bounds__(kThreads)
         if (k == kNonFiniteExponent) continue;  // the conversion writes NaN for the level
         const LevelInfo& L = a.levels[level];
         const float gv[1] = {to_acc(g[g_layout.at(row, level) + f])};
+        const FixedLaneSink lane{acc + size_t(L.offset) * F + f, F, k};
 #if defined(TNN_WITH_CUDA)
         if constexpr (BULK) {
-            const FixedBulkPairSink sink{FixedLaneSink{acc + size_t(L.offset) * F + f, F, k}, acc + size_t(L.offset) * F,
-                                         f, lanes, &ring};
+            const FixedBulkPairSink sink{lane, acc + size_t(L.offset) * F, f, lanes, &ring};
             row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, sink);
             continue;
         }
 #endif  // TNN_WITH_CUDA
-        const FixedLaneSink sink{acc + size_t(L.offset) * F + f, F, k};
-        row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, sink);
+        row_contributions<D, 1, SECOND>(a, L, level, row, rows, xr, vr, gv, lane);
     }
 #if defined(TNN_WITH_CUDA)
     if constexpr (BULK) ring.finish();
@@ -1246,7 +1262,7 @@ __device__ __forceinline__ float first_order_row_bound(const KernelArgs& a, cons
     if (interp == Interpolation::Linear) {
         bool finite = true;
         TNN_UNROLL
-        for (uint32_t d = 0; d < D; ++d) finite = finite && isfinite(fmaf(L.scale, x[d], 0.5f));  // axis_weight's pos
+        for (uint32_t d = 0; d < D; ++d) finite = finite && isfinite(grid::axis_position(x[d], L.scale));
         return finite ? m * (1.0f + 1.0f / 1024.0f) : __int_as_float(0x7FFFFFFF);
     }
     const Located<D> p = locate<D>(x, L.scale, interp);
@@ -1363,15 +1379,11 @@ __global__ void __launch_bounds__(kThreads)
     [[maybe_unused]] const uint32_t* staged_row = nullptr;
     if constexpr (STAGED) {
         __shared__ uint32_t staged[kThreads * (kStagedWords + 1)];
-        const uint32_t chunks = st.words / 4, stride = st.words + 1;
+        const uint32_t pitch = st.words + 1;
         const int64_t n_rows = rows - row0 < kThreads ? rows - row0 : kThreads;
-        for (uint32_t i = threadIdx.x; i < uint32_t(n_rows) * chunks; i += kThreads) {
-            const uint32_t r = i / chunks, k = i % chunks;
-            const uint4 w = *reinterpret_cast<const uint4*>(g + g_layout.at(row0 + r, st.first) + k * (16 / sizeof(T)));
-            uint32_t* out = staged + r * stride + 4 * k;
-            out[0] = w.x, out[1] = w.y, out[2] = w.z, out[3] = w.w;
-        }
-        staged_row = staged + threadIdx.x * stride;
+        stage_rows(reinterpret_cast<const uint4*>(g + g_layout.at(row0, st.first)),
+                   g_layout.row_stride * int64_t(sizeof(T)) / 16, uint32_t(n_rows), st.words / 4, staged, pitch);
+        staged_row = staged + threadIdx.x * pitch;
     }
     __syncthreads();
     float xr[D];
@@ -1562,80 +1574,67 @@ __device__ __forceinline__ void discard_l2_line(const void* p) {
 #endif  // TNN_GRID_L2_HINTS
 }
 
-// The same, four values per thread with 16-byte loads of acc and 4-element stores (acc 16-byte and dst
-// 4-element aligned, gpu::Packed): items [0, n / 4) are quads, the next n % 4 items the tail's values.
-// discard (acc 128-byte aligned, dead after this kernel): each whole 128-byte line of acc leaves L2
-// unwritten once its 8 quads are read; the 8 are consecutive lanes of one warp in one iteration (the
-// blocks' steps are multiples of 32), so a warp barrier orders their loads before lane 8k's discard
-// (acc is not const: the discard writes it, and no read-only-cache loads may be used for it).
-template <typename T>
-__global__ void grid_gradient_from_float_quads_kernel(float* __restrict__ acc, T* __restrict__ dst, int64_t n,
-                                                      bool accumulate, bool discard) {
-    using Quad = gpu::Packed<T, 4>;
-    const int64_t quads = n / 4, items = quads + n % 4, step = int64_t(gridDim.x) * blockDim.x;
+// The conversion's loop over n values of acc (A: float or 64-bit words), N per thread where N A fill
+// 16 bytes (acc 16-byte and dst N-element aligned, gpu::Packed): items [0, n / N) are groups of N (one
+// 16-byte load, one store), the next n % N items the tail's values. value(a) is an A as fp32. lines
+// (acc 128-byte aligned, dead after this kernel): each whole 128-byte line of acc leaves L2 unwritten
+// once its 128 / 16 groups are read; those are consecutive lanes of one warp in one iteration (the
+// blocks' steps are multiples of 32), so a warp barrier orders their loads before the discard by the
+// line's first lane (acc is not const: the discard writes it, and no read-only-cache loads may be used).
+template <uint32_t N, typename T, typename A, typename VALUE>
+__device__ __forceinline__ void convert_values(A* acc, T* __restrict__ dst, int64_t n, bool accumulate, bool lines,
+                                               VALUE value) {
+    static_assert(N * sizeof(A) == 16, "convert_values: 16-byte groups");
+    constexpr int64_t kGroupsPerLine = 128 / 16;
+    using Group = gpu::Packed<T, N>;
+    const int64_t groups = n / N, items = groups + n % N, step = int64_t(gridDim.x) * blockDim.x;
     // Every lane of a warp runs the same iterations (the warp barrier below).
     for (int64_t first = int64_t(blockIdx.x) * blockDim.x; first < items; first += step) {
         const int64_t i = first + threadIdx.x;
-        if (i >= quads && i < items) {
-            const int64_t j = 4 * quads + (i - quads);
-            dst[j] = gradient_value(acc[j], dst + j, accumulate);
-        } else if (i < quads) {
-            const float4 a = reinterpret_cast<const float4*>(acc)[i];
-            const float av[4] = {a.x, a.y, a.z, a.w};
-            Quad q;
-            if (accumulate) q = reinterpret_cast<const Quad*>(dst)[i];
+        if (i >= groups && i < items) {
+            const int64_t j = N * groups + (i - groups);
+            dst[j] = gradient_value(value(acc[j]), dst + j, accumulate);
+        } else if (i < groups) {
+            const uint4 u = reinterpret_cast<const uint4*>(acc)[i];
+            A av[N];
+            memcpy(av, &u, 16);
+            Group q;
+            if (accumulate) q = reinterpret_cast<const Group*>(dst)[i];
             TNN_UNROLL
-            for (int k = 0; k < 4; ++k) q.v[k] = gradient_value(av[k], q.v + k, accumulate);
-            reinterpret_cast<Quad*>(dst)[i] = q;
+            for (uint32_t k = 0; k < N; ++k) q.v[k] = gradient_value(value(av[k]), q.v + k, accumulate);
+            reinterpret_cast<Group*>(dst)[i] = q;
         }
-        if (discard) {
+        if (lines) {
             gpu::sync_warp();
-            if (i % 8 == 0 && i + 8 <= quads) discard_l2_line(acc + 4 * i);
+            if (i % kGroupsPerLine == 0 && i + kGroupsPerLine <= groups) discard_l2_line(acc + N * i);
         }
     }
 }
 
+// The same, four values per thread (convert_values).
+template <typename T>
+__global__ void grid_gradient_from_float_quads_kernel(float* __restrict__ acc, T* __restrict__ dst, int64_t n,
+                                                      bool accumulate, bool discard) {
+    convert_values<4>(acc, dst, n, accumulate, discard, [](float a) { return a; });
+}
+
 // The same from the fixed-point accumulator; blockIdx.y is the level (its exponent). `pairs` (acc 16-byte
-// and dst two-value aligned): two values per thread, one 16-byte load and one store, where the level
-// starts at an even word; else one each. discard (acc 128-byte aligned, dead after this kernel): each
-// whole 128-byte line of the level's words leaves L2 unwritten once read (its 8 pairs are lanes
-// 8k..8k+7 of one warp in one iteration, as in grid_gradient_from_float_quads_kernel).
+// and dst two-value aligned): two values per thread (convert_values) where the level starts at an even
+// word, its whole 128-byte lines dropped when `discard` and it starts on a line; else one per thread.
 template <typename T>
 __global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, uint32_t n_features, unsigned long long* acc,
                                                 const int* __restrict__ exponents, T* __restrict__ dst,
                                                 bool accumulate, bool pairs, bool discard) {
-    using Pair = gpu::Packed<T, 2>;
     const LevelInfo& L = a.levels[blockIdx.y];
     const int k = exponents[blockIdx.y];
     const int64_t begin = int64_t(L.offset) * n_features, n = int64_t(L.size) * n_features;
-    const int64_t step = int64_t(gridDim.x) * blockDim.x;
-    auto value = [&](int64_t i) {  // word i of the level as T, onto dst's value when accumulating
-        return gradient_value(from_fixed_point(static_cast<long long>(acc[begin + i]), k), dst + begin + i, accumulate);
-    };
-    if (!pairs || begin % 2 != 0) {
-        for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) dst[begin + i] = value(i);
+    const auto value = [k](unsigned long long w) { return from_fixed_point(static_cast<long long>(w), k); };
+    if (pairs && begin % 2 == 0) {
+        convert_values<2>(acc + begin, dst + begin, n, accumulate, discard && begin % 16 == 0, value);
         return;
     }
-    const int64_t n_pairs = n / 2, items = n_pairs + n % 2;
-    const bool lines = discard && begin % 16 == 0;
-    // Every lane of a warp runs the same iterations (the warp barrier below).
-    for (int64_t first = int64_t(blockIdx.x) * blockDim.x; first < items; first += step) {
-        const int64_t i = first + threadIdx.x;
-        if (i < n_pairs) {
-            const ulonglong2 w = reinterpret_cast<const ulonglong2*>(acc + begin)[i];
-            Pair p;
-            if (accumulate) p = reinterpret_cast<const Pair*>(dst + begin)[i];
-            p.v[0] = gradient_value(from_fixed_point(static_cast<long long>(w.x), k), p.v, accumulate);
-            p.v[1] = gradient_value(from_fixed_point(static_cast<long long>(w.y), k), p.v + 1, accumulate);
-            reinterpret_cast<Pair*>(dst + begin)[i] = p;
-        } else if (i < items) {
-            dst[begin + n - 1] = value(n - 1);
-        }
-        if (lines) {
-            gpu::sync_warp();
-            if (i % 8 == 0 && i + 8 <= n_pairs) discard_l2_line(acc + begin + 2 * i);
-        }
-    }
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        dst[begin + i] = gradient_value(value(acc[begin + i]), dst + begin + i, accumulate);
 }
 
 // grid_param_bound_rows_kernel's staging where it applies: the caller's rows (level_stride F), the listed
@@ -1711,7 +1710,8 @@ struct Launchers {
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
                                     const void* g, GradLayout g_layout, unsigned long long* acc, const int* exponents,
                                     bool words);
-    void (*param_bound)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
+    // Returns whether it launched the first-order pass on staged rows (BoundStaging).
+    bool (*param_bound)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
                         int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits);
     void (*input_grad)(const Call&, DType, uint32_t n_features, const void* g, int64_t g_stride, const void* params,
                        float* dx, int64_t dx_stride);
@@ -1944,7 +1944,8 @@ template <uint32_t D> Launchers make_launchers() {
     };
     l.param_bound = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
                        const float* v, int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits) {
-        if (list.count == 0) return;
+        bool staged_launched = false;
+        if (list.count == 0) return staged_launched;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
@@ -1952,7 +1953,8 @@ template <uint32_t D> Launchers make_launchers() {
             const T* gt = static_cast<const T*>(g);
             if (!second) {
                 const BoundStaging st = bound_staging<T, F>(list, gt, g_layout);
-                dispatch_bool(st.words != 0, [&](auto staged) {
+                staged_launched = st.words != 0;
+                dispatch_bool(staged_launched, [&](auto staged) {
                     grid_param_bound_rows_kernel<T, D, F, decltype(staged)::value><<<dim3(bpl), kThreads, 0,
                                                                                       c.stream>>>(
                             *c.args, list, c.rows, c.x, c.x_stride, gt, g_layout, st, bound_bits);
@@ -1964,6 +1966,7 @@ template <uint32_t D> Launchers make_launchers() {
                     *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, bound_bits);
             TNN_GPU_CHECK_LAUNCH("grid_param_bound_second_kernel");
         });
+        return staged_launched;
     };
     l.input_grad = [](const Call& c, DType dtype, uint32_t n_features, const void* g, int64_t g_stride,
                       const void* params, float* dx, int64_t dx_stride) {

@@ -177,8 +177,10 @@ template <typename F> struct AxisWeight {
     F w, dw_dx, d2w_dx2;
 };
 
+template <typename F> TNN_HD inline F axis_position(F x, F scale) { return hd::fma(scale, x, F(0.5)); }
+
 template <typename F> TNN_HD inline AxisWeight<F> axis_weight(F x, F scale, Interpolation interp) {
-    const F pos = hd::fma(scale, x, F(0.5));
+    const F pos = axis_position(x, scale);
     const F fl = hd::floor(pos);
     AxisWeight<F> a;
     a.cell = cell_coordinate(fl);

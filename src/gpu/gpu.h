@@ -250,6 +250,8 @@ constexpr int amd_capability(int gfx_hex) { return kAmdCapabilityOffset + gfx_he
 constexpr bool is_amd(int capability) { return capability >= kAmdCapabilityOffset; }
 constexpr bool is_nvidia(int capability) { return capability > 0 && capability < kAmdCapabilityOffset; }
 constexpr int kCcVolta = 70, kCcAmpere = 80, kCcAda = 89, kCcHopper = 90;
+// An NVIDIA GPU of sm_90 or later (bulk reductions, L2 discard): never an AMD one, whose integers are larger.
+constexpr bool is_nvidia_sm90_or_later(int capability) { return is_nvidia(capability) && capability >= kCcHopper; }
 constexpr int kCcRdna3 = amd_capability(0x1100), kCcRdna4 = amd_capability(0x1200);
 // "gfx1201:sramecc-:xnack-" -> amd_capability(0x1201); 0 when the name is not a gfx target.
 int amd_capability_from_arch_name(const std::string& arch_name);

@@ -583,7 +583,7 @@ TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
 #else
     SwitchGuard guard;
     const int cc = gpu::device_properties(0).capability;
-    const bool bulk_default = gpu::is_nvidia(cc) && cc >= gpu::kCcHopper;
+    const bool bulk_default = gpu::is_nvidia_sm90_or_later(cc);
     std::vector<EncodingCase> cases = {case_named("hash3d_f2_deterministic_global"),
                                        case_named("dense3d_f2_deterministic_global"),
                                        case_named("hash3d_f2_deterministic"), case_named("hash6d_f2_deterministic")};
@@ -638,9 +638,13 @@ TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
 // The deterministic bound pass reads dL/dy rows staged in shared memory where the caller's rows allow
 // (the listed levels' values whole 16-byte chunks, at most 128 bytes per row), else one load per row and
 // level; dL/dy copied level-major first (Variant::level_major_grads) takes the second way. Both give the
-// same exponents, so the same bits: fp32 / fp16 / bf16 (16-byte chunks of 2 to 8 values, F = 2 and 8,
-// staged where the row's values are 16, 32, 48, 64, 96 or 128 bytes), 3-D and 6-D, Smoothstep, batches
-// ending inside a block. (The Linear bound's shortcut is exact: first_order_row_bound.)
+// same exponents, so the same bits: fp32 / fp16 / bf16 (F = 2 and 8, rows of 8 to 128 bytes: staged from
+// 16), 3-D and 6-D, Smoothstep, overwrite and accumulate. The data makes a wrong read visible: each
+// level's dL/dy is scaled by its own power of two (2^(l % 4)), and its largest value, 3.9x the rest, sits
+// in the last row, inside the last (partial) block, so that a level or row read wrongly, or a block
+// dropped, moves a level's bound across a power of two and its exponent with it. A hook checks that the
+// staged pass ran where it should and not on the level-major copy. (The Linear bound's shortcut is
+// exact: first_order_row_bound.)
 TEST(GridGpu, DeterministicBoundOnStagedRowsGivesTheSameBits) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
@@ -657,13 +661,24 @@ TEST(GridGpu, DeterministicBoundOnStagedRowsGivesTheSameBits) {
         for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
             SCOPED_TRACE(msg(c.name, " ", dtype_name(dtype)));
             const auto enc = create_encoding(c.n_dims, c.config, dtype);
-            const EncodingData data = make_data(c, *enc, dtype, 19);
+            EncodingData data = make_data(c, *enc, dtype, 19);
+            const int64_t n_out = enc->n_output_dims(), F = c.config.value("n_features_per_level", 2);
+            ASSERT_NE(c.batch % 256, 0) << "the last row must sit in a partial block";
+            for (int64_t i = 0; i < c.batch * n_out; ++i) data.dL_dy[size_t(i)] *= double(1 << ((i % n_out) / F % 4));
+            for (int64_t l = 0; l < n_out / F; ++l)
+                data.dL_dy[size_t((c.batch - 1) * n_out + l * F)] = 3.9 * double(1 << (l % 4));
+            const size_t row_bytes = size_t(n_out) * dtype_size(dtype);
+            const bool staged_expected = row_bytes % 16 == 0 && row_bytes <= 128;
             TestStream stream(Device::gpu(0));
             for (GradMode mode : {GradMode::overwrite, GradMode::accumulate}) {
                 grid_gpu::set_variant({});
+                uint64_t launches = grid_gpu::staged_bound_launches();
                 const EncodingResult staged = run_encoding(*enc, stream, data, c.batch, mode);
+                EXPECT_EQ(grid_gpu::staged_bound_launches() > launches, staged_expected) << row_bytes << " bytes per row";
                 grid_gpu::set_variant(variant_with([](auto& v) { v.level_major_grads = 1; }));
+                launches = grid_gpu::staged_bound_launches();
                 const EncodingResult level_major = run_encoding(*enc, stream, data, c.batch, mode);
+                EXPECT_EQ(grid_gpu::staged_bound_launches(), launches) << "the level-major copy is not staged";
                 grid_gpu::set_variant({});
                 expect_same_bits(to_float(staged.dL_dparams), to_float(level_major.dL_dparams),
                                  "dL/dparams, bound pass on staged rows and on level-major dL/dy");
@@ -945,8 +960,14 @@ TEST(GridGpu, GradientConversionAccumulatesAtEveryAlignment) {
     SwitchGuard guard;
     const EncodingCase tiled = grid_case("tiled3d_f2_162_values", 3,
                                          grid_config("TiledGrid", {{"n_levels", 3}, {"base_resolution", 3}}), 300);
+    // Tiled, F = 1, 5^3 entries per level, deterministic: level 0's 125 values are 62 pairs and a tail, and
+    // level 1 starts at value 125, odd (one value per thread).
+    const EncodingCase tiled_odd = grid_case("tiled3d_f1_125_deterministic", 3,
+                                             grid_config("TiledGrid", {{"n_levels", 2}, {"n_features_per_level", 1},
+                                                                       {"base_resolution", 5}, {"deterministic", true}}),
+                                             300);
     for (const EncodingCase* c : {&case_named("hash3d_f2_linear"), &tiled, &case_named("hash3d_f2_deterministic"),
-                                  &case_named("dense3d_f1_deterministic_smoothstep")})
+                                  &case_named("dense3d_f1_deterministic_smoothstep"), &tiled_odd})
         for (DType dtype : {DType::f16, DType::bf16})
             for (int64_t offset : {int64_t(0), int64_t(1)}) {
                 SCOPED_TRACE(msg(c->name, " ", dtype_name(dtype), " offset ", offset));

@@ -25,6 +25,10 @@ TEST(GpuCapabilities, OneIntegerSpaceForBothVendors) {
     EXPECT_TRUE(gpu::is_amd(gpu::kCcRdna4));
     EXPECT_FALSE(gpu::is_nvidia(gpu::kCcRdna4));
     EXPECT_TRUE(gpu::is_nvidia(gpu::kCcHopper));
+    EXPECT_TRUE(gpu::is_nvidia_sm90_or_later(gpu::kCcHopper));
+    EXPECT_TRUE(gpu::is_nvidia_sm90_or_later(100));
+    EXPECT_FALSE(gpu::is_nvidia_sm90_or_later(gpu::kCcAmpere));
+    EXPECT_FALSE(gpu::is_nvidia_sm90_or_later(gpu::kCcRdna4));
     EXPECT_GT(gpu::kCcRdna4, gpu::kCcRdna3);
     EXPECT_GE(gpu::amd_capability(0x1201), gpu::kCcRdna4);
     EXPECT_EQ(gpu::ceil_div(10, 4), 3);
