@@ -41,6 +41,10 @@ int dx_store_values(const void* dx, int64_t stride, int elem_bytes, int cap) {
     return v;
 }
 
+bool pair_aligned(const void* p, int64_t stride, int elem_bytes) {
+    return copy_vector_bytes(p, stride * elem_bytes, 2 * elem_bytes) >= 2 * elem_bytes;
+}
+
 namespace {
 
 std::mutex g_override_mutex;

@@ -204,7 +204,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         a.dy_stride = dL_doutput.stride;
         const int b = a.dy_f32 ? 4 : 2;
         a.dy_vec = copy_vector_bytes(dL_doutput.data, dL_doutput.stride * b, int64_t(layout.n_output_dims) * b);
-        a.dy_vec2 = reinterpret_cast<uintptr_t>(a.dy) % (2 * b) == 0 && (a.dy_stride * b) % (2 * b) == 0;
+        a.dy_vec2 = pair_aligned(a.dy, a.dy_stride, b);
     } else {
 #if !defined(TNN_WITH_CUDA)
         throw UnsupportedError("FullyFusedMLP: the gfx12 kernels have no fused training step (can_fuse_loss)");
@@ -215,7 +215,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         a.fused_loss = true;
         a.target = loss->target.ptr<float>();
         a.target_stride = loss->target.stride;
-        a.target_vec2 = reinterpret_cast<uintptr_t>(a.target) % 8 == 0 && a.target_stride % 2 == 0;
+        a.target_vec2 = pair_aligned(a.target, a.target_stride, 4);
         a.loss_kind = loss->kind;
         a.loss_scale = loss->loss_scale;
         a.loss_n = static_cast<float>(input.rows * int64_t(layout.n_output_dims));  // as losses.cu rounds N
@@ -223,7 +223,7 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         if (std::frexp(a.loss_n, &n_exp) == 0.5f) a.loss_inv_n = std::ldexp(1.0f, 1 - n_exp);  // N = 2^(n_exp-1)
         a.values = loss->values.ptr<float>();
         a.values_stride = loss->values.stride;
-        a.values_vec2 = reinterpret_cast<uintptr_t>(a.values) % 8 == 0 && a.values_stride % 2 == 0;
+        a.values_vec2 = pair_aligned(a.values, a.values_stride, 4);
     }
     if (dL_dinput) {
         a.dx = dL_dinput->data;

@@ -404,6 +404,9 @@ int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes);
 // start and pitch (4 16-bit values, 2, or 1), capped by `cap` (PlanOverride::dx_values; 0: no cap; other
 // caps round down to 4, 2 or 1).
 int dx_store_values(const void* dx, int64_t stride, int elem_bytes, int cap);
+// Whether rows at `p`, `stride` elements of elem_bytes apart, take loads or stores of two adjacent values
+// (KernelArgs::dy_vec2, target_vec2, values_vec2): the rows' start and pitch multiples of 2 * elem_bytes.
+bool pair_aligned(const void* p, int64_t stride, int elem_bytes);
 
 // ---- One (dtype, width) instantiation of the kernels, defined in
 // src/networks/instantiations/fully_fused_w<W>_<dtype>.cu. H is the host storage type (half or

@@ -954,6 +954,17 @@ TEST(FusedPlan, InputGradientStoreValues) {
                 }
 }
 
+// pair_aligned (KernelArgs::dy_vec2, target_vec2, values_vec2), against the conditions written out: the
+// rows' start a multiple of two elements' bytes, the pitch an even number of elements.
+TEST(FusedPlan, PairAlignedRows) {
+    alignas(16) static char buf[256];
+    for (int b : {2, 4})
+        for (int offset = 0; offset < 16; ++offset)
+            for (int64_t stride = 1; stride <= 40; ++stride)
+                EXPECT_EQ(ffm::pair_aligned(buf + offset, stride, b), offset % (2 * b) == 0 && stride % 2 == 0)
+                    << "element bytes " << b << ", offset " << offset << ", stride " << stride;
+}
+
 TEST(FullyFusedMLP, ConfigErrorsNameTheAlternatives) {
     auto expect_error = [](const json& cfg, const char* type, const std::string& needle) {
         try {
