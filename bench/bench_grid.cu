@@ -569,6 +569,11 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
         // lane instead of bulk reductions (grid_gpu::Variant::det_bulk, twenty-first session).
         grid_gpu::Variant no_bulk;
         no_bulk.det_bulk = 0;
+        // "train_step_whole_scratch" / "train_step_det_whole_scratch": the grid's gradient scratch zeroed
+        // whole first and converted at the end instead of in parts around each group of levels
+        // (grid_gpu::Variant::staged_scratch, twenty-third session).
+        grid_gpu::Variant whole;
+        whole.staged_scratch = 0;
         struct Variant {
             bool det, fused;
             const char* pass;
@@ -579,7 +584,9 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
                                  Variant{true, true, "train_step_det"}, Variant{false, true, "train_step_mlp_two_tiles", two_tiles},
                                  Variant{false, true, "train_step_dx_one_value", dx_one},
                                  Variant{false, true, "train_step_dx_pairs", dx_pairs},
-                                 Variant{true, true, "train_step_det_no_bulk", {}, no_bulk}}) {
+                                 Variant{true, true, "train_step_det_no_bulk", {}, no_bulk},
+                                 Variant{false, true, "train_step_whole_scratch", {}, whole},
+                                 Variant{true, true, "train_step_det_whole_scratch", {}, whole}}) {
             const bool default_plan = !v.mlp_plan.backward_m_tiles && !v.mlp_plan.dx_values;
             const ffm::PlanOverrideScope scope(v.mlp_plan);
             const GridVariantScope grid_scope(v.grid);  // before the trainer captures its graph
@@ -829,6 +836,11 @@ int main(int argc, char** argv) {
     // removed: no change, bench/notes_grid.md section 17.)
     bench_row(main_row({"backward_det", "fwd_bwd_det"}), o, s, results, variant([](auto& v) { v.discard_scratch = 0; }),
               "det_keep_scratch_lines");
+    // Twenty-third session: the gradient's scratch zeroed and converted in parts, each group of levels' part
+    // around its kernel while its lines are in L2 (staged_scratch, on), against the whole scratch zeroed
+    // first and converted at the end.
+    bench_row(main_row({"backward", "fwd_bwd", "backward_det", "fwd_bwd_det"}), o, s, results,
+              variant([](auto& v) { v.staged_scratch = 0; }), "whole_scratch");
     // (48 and 64 MiB were slower still in run 77: 1.170 and 1.391 ms against 0.986.)
     for (int mib : {8, 16})
         bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }),

@@ -258,6 +258,43 @@ bool drop_lines(const Variant& v, int capability, const void* acc) {
     return v.discard_scratch != 0 && gpu::is_nvidia_sm90_or_later(capability) && aligned(acc, 128);
 }
 
+// Where the gradient's scratch goes in parts (Variant::staged_scratch), a group's part zeroed and converted
+// around its kernel.
+bool staged_scratch(const Variant& v) { return v.staged_scratch != 0; }
+
+// The levels of [0, n_levels) in none of `groups`.
+LevelList levels_outside(const GridDesc& desc, const std::vector<LevelList>& groups) {
+    bool in[grid::kMaxLevels] = {};
+    for (const LevelList& g : groups)
+        for (uint32_t i = 0; i < g.count; ++i) in[g.ids[i]] = true;
+    LevelList out{};
+    for (uint32_t l = 0; l < desc.n_levels; ++l)
+        if (!in[l]) out.ids[out.count++] = static_cast<uint8_t>(l);
+    return out;
+}
+
+LevelList all_levels(const GridDesc& desc) { return levels_outside(desc, {}); }
+
+// The values of the levels of `list` (ascending) as ranges [first, second) of the parameter vector, levels
+// that follow each other in it merged (make_levels puts them one after the other).
+std::vector<std::pair<size_t, size_t>> value_ranges(const GridDesc& desc, const LevelList& list) {
+    std::vector<std::pair<size_t, size_t>> ranges;
+    for (uint32_t i = 0; i < list.count; ++i) {
+        const LevelInfo& L = desc.levels[list.ids[i]];
+        const size_t begin = size_t(L.offset) * desc.n_features, end = begin + size_t(L.size) * desc.n_features;
+        if (!ranges.empty() && ranges.back().second == begin)
+            ranges.back().second = end;
+        else if (end > begin)
+            ranges.emplace_back(begin, end);
+    }
+    return ranges;
+}
+
+void zero_levels(const Stream& stream, const GridDesc& desc, const LevelList& list, void* acc, size_t value_bytes) {
+    for (const auto& r : value_ranges(desc, list))
+        zero(stream, static_cast<char*>(acc) + r.first * value_bytes, (r.second - r.first) * value_bytes);
+}
+
 bool overlap_shared(const ReductionPlan& plan, const Variant& v) {
     return plan.shared.count > 0 && plan.global.count > 0 && v.overlap_shared != 0;
 }
@@ -342,13 +379,9 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             scratch = Tensor::temporary(stream, 1, static_cast<int64_t>(n), DType::f32);
             acc = scratch.ptr<float>();
         }
-        if (!direct || !accumulate) zero(stream, acc, n * sizeof(float));
         const SharedSlots slots = fast_shared_slots(desc, stream, var);
         const ReductionPlan plan =
             plan_reduction(desc, c.rows, n_contributing, second, slots.slot_bytes, slots.budget);
-        Beside beside(stream, c, overlap_shared(plan, var));
-        L.param_grad_shared_float(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item,
-                                  plan.rows_per_block, plan.shared_bytes, g_data, gl, acc, slots.split);
         // Automatic: a thread per (row, corner) over groups of levels, or per (row, level) when one
         // corner receives all.
         const int mapping = var.fast_mapping >= 0 ? var.fast_mapping : one_corner ? 0 : 2;
@@ -356,6 +389,43 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         // whose lines the conversion drops from L2; the caller's fp32 gradient (direct) gets the loads'
         // hints alone.
         const int l2_hints = mapping != 2 ? 0 : var.l2_hints >= 0 ? var.l2_hints : direct ? 2 : 1;
+        // The scratch's evict-last lines dropped once converted (drop_lines).
+        const int cc = gpu::device_properties(stream.device().index).capability;
+        const bool discard = !direct && l2_hints == 1 && drop_lines(var, cc, acc);
+        // Levels from the scratch into the caller's gradient.
+        const auto convert = [&](const LevelList& list) {
+            dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
+                using T = decltype(t);
+                for (const auto& r : value_ranges(desc, list)) {
+                    float* from = acc + r.first;
+                    T* dst = static_cast<T*>(dL_dparams) + r.first;
+                    const auto count = static_cast<int64_t>(r.second - r.first);
+                    // Four values per thread when both sides allow it (not timed apart: notes_grid.md section 8).
+                    if (aligned(from, 16) && aligned(dst, 4 * sizeof(T))) {
+                        grid_gradient_from_float_quads_kernel<T>
+                            <<<gpu::elementwise_grid(count / 4 + count % 4), gpu::kElementwiseThreads, 0, s>>>(
+                                from, dst, count, accumulate, discard);
+                        TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_quads_kernel");
+                    } else {
+                        grid_gradient_from_float_kernel<T><<<gpu::elementwise_grid(count), gpu::kElementwiseThreads, 0, s>>>(
+                            from, dst, count, accumulate);
+                        TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_kernel");
+                    }
+                }
+            });
+        };
+        const std::vector<LevelList> groups =
+            mapping == 2 ? level_groups(desc, plan.global, F * sizeof(float), var) : std::vector<LevelList>{};
+        // In parts: each group's scratch zeroed and converted around its kernel, the other levels here.
+        const bool staged = !direct && !groups.empty() && staged_scratch(var);
+        const LevelList rest = staged ? levels_outside(desc, groups) : LevelList{};
+        if (staged)
+            zero_levels(stream, desc, rest, acc, sizeof(float));
+        else if (!direct || !accumulate)
+            zero(stream, acc, n * sizeof(float));
+        Beside beside(stream, c, overlap_shared(plan, var));
+        L.param_grad_shared_float(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item,
+                                  plan.rows_per_block, plan.shared_bytes, g_data, gl, acc, slots.split);
         // Slot pairs add +0 beside lone contributions: not into the caller's values (accumulate, fp32).
         const FloatSink sink{acc, var.vector_atomics != 0, var.slot_pairs != 0 && !(direct && accumulate),
                              static_cast<uint8_t>(l2_hints)};
@@ -364,30 +434,14 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         } else if (mapping == 1) {
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         } else {
-            for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(float), var))
+            for (const LevelList& group : groups) {
+                if (staged) zero_levels(stream, desc, group, acc, sizeof(float));
                 L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, sink);
+                if (staged) convert(group);
+            }
         }
         beside.join();
-        if (direct) return;
-        // The scratch's evict-last lines dropped once converted (drop_lines).
-        const int cc = gpu::device_properties(stream.device().index).capability;
-        const bool discard = l2_hints == 1 && drop_lines(var, cc, acc);
-        dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
-            using T = decltype(t);
-            T* dst = static_cast<T*>(dL_dparams);
-            const int64_t count = static_cast<int64_t>(n);
-            // Four values per thread when both sides allow it (not timed apart: notes_grid.md section 8).
-            if (aligned(acc, 16) && aligned(dst, 4 * sizeof(T))) {
-                grid_gradient_from_float_quads_kernel<T>
-                    <<<gpu::elementwise_grid(count / 4 + count % 4), gpu::kElementwiseThreads, 0, s>>>(
-                        acc, dst, count, accumulate, discard);
-                TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_quads_kernel");
-            } else {
-                grid_gradient_from_float_kernel<T>
-                    <<<gpu::elementwise_grid(count), gpu::kElementwiseThreads, 0, s>>>(acc, dst, count, accumulate);
-                TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_kernel");
-            }
-        });
+        if (!direct) convert(staged ? rest : all_levels(desc));
         return;
     }
 
@@ -397,7 +451,6 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     auto* acc = static_cast<unsigned long long*>(acc_buffer.data());
     auto* bound_bits = static_cast<unsigned int*>(level_buffer.data());
     int* exponents = reinterpret_cast<int*>(bound_bits + grid::kMaxLevels);
-    zero(stream, acc, n * sizeof(unsigned long long));
     zero(stream, level_buffer.data(), level_buffer.bytes());
     const bool words = det_shared_words(var);
     const ReductionPlan plan =
@@ -407,9 +460,6 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         g_staged_bound_launches.fetch_add(1, std::memory_order_relaxed);
     grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
     TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
-    Beside beside(stream, c, overlap_shared(plan, var));
-    L.param_grad_shared_fixed(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
-                              plan.shared_bytes, g_data, gl, acc, exponents, words);
     // Integer reductions have no vector form: threads per feature (and corner) put an entry's words on
     // consecutive lanes, which leave as one request per 32-byte sector. Automatic: a thread per
     // (row, feature) over groups of levels when F > 1, per (row, level, corner, feature) when F = 1, per
@@ -418,13 +468,47 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     int mapping = var.det_mapping;
     if (mapping < 0) mapping = F > 1 ? 3 : one_corner ? 0 : 2;
     const int cc = gpu::device_properties(stream.device().index).capability;
+    // Two values per thread where aligned; the accumulator's lines dropped once read, as the fast path's
+    // scratch (drop_lines): they are dead, and written back to DRAM otherwise.
+    const bool discard = drop_lines(var, cc, acc);
+    const auto convert = [&](const LevelList& list) {
+        if (list.count == 0) return;
+        dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
+            using T = decltype(t);
+            size_t largest = 0;
+            for (uint32_t i = 0; i < list.count; ++i) largest = std::max<size_t>(largest, desc.levels[list.ids[i]].size);
+            const bool pairs = aligned(acc, 16) && aligned(dL_dparams, 2 * sizeof(T));
+            const int64_t items = static_cast<int64_t>(largest * F);
+            const dim3 grid(gpu::elementwise_grid(pairs ? items / 2 + items % 2 : items).x, list.count);
+            grid_gradient_from_fixed_kernel<T><<<grid, gpu::kElementwiseThreads, 0, s>>>(
+                args, list, F, acc, exponents, static_cast<T*>(dL_dparams), accumulate, pairs, discard);
+            TNN_GPU_CHECK_LAUNCH("grid_gradient_from_fixed_kernel");
+        });
+    };
+    const std::vector<LevelList> groups = mapping == 3 && F > 1
+                                              ? level_groups(desc, plan.global, F * sizeof(unsigned long long), var)
+                                              : std::vector<LevelList>{};
+    // In parts: each group's accumulator zeroed and converted around its kernel, the other levels here
+    // (before the shared-memory levels' pass forks).
+    const bool staged = !groups.empty() && staged_scratch(var);
+    const LevelList rest = staged ? levels_outside(desc, groups) : all_levels(desc);
+    if (staged)
+        zero_levels(stream, desc, rest, acc, sizeof(unsigned long long));
+    else
+        zero(stream, acc, n * sizeof(unsigned long long));
+    Beside beside(stream, c, overlap_shared(plan, var));
+    L.param_grad_shared_fixed(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
+                              plan.shared_bytes, g_data, gl, acc, exponents, words);
     if (mapping == 3 && F > 1) {
         // Bulk pairs: F = 2, first order, 16-byte aligned entries (16 bytes each; temporary buffers are).
         const bool bulk = F == 2 && !second && det_bulk(var, cc) && aligned(acc, 16);
-        for (const LevelList& group : level_groups(desc, plan.global, F * sizeof(unsigned long long), var))
+        for (const LevelList& group : groups) {
+            if (staged) zero_levels(stream, desc, group, acc, sizeof(unsigned long long));
             if (L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc,
                                                exponents, bulk))
                 g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
+            if (staged) convert(group);
+        }
     } else if (mapping == 2) {
         if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
                                         exponents))  // 2^D * F > kThreads: one thread per feature
@@ -437,20 +521,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
                            FixedSink{acc, exponents});
     }
     beside.join();
-    // Two values per thread where aligned; the accumulator's lines dropped once read, as the fast path's
-    // scratch (drop_lines): they are dead, and written back to DRAM otherwise.
-    const bool discard = drop_lines(var, cc, acc);
-    dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
-        using T = decltype(t);
-        size_t largest = 0;
-        for (uint32_t l = 0; l < desc.n_levels; ++l) largest = std::max<size_t>(largest, desc.levels[l].size);
-        const bool pairs = aligned(acc, 16) && aligned(dL_dparams, 2 * sizeof(T));
-        const int64_t items = static_cast<int64_t>(largest * F);
-        const dim3 grid(gpu::elementwise_grid(pairs ? items / 2 + items % 2 : items).x, desc.n_levels);
-        grid_gradient_from_fixed_kernel<T><<<grid, gpu::kElementwiseThreads, 0, s>>>(
-            args, F, acc, exponents, static_cast<T*>(dL_dparams), accumulate, pairs, discard);
-        TNN_GPU_CHECK_LAUNCH("grid_gradient_from_fixed_kernel");
-    });
+    convert(rest);
 }
 
 }  // namespace

@@ -248,6 +248,11 @@ struct Variant {
                                  // reductions per lane; the same bits either way (-1: 1 on NVIDIA sm_90 and
                                  // later, 0 elsewhere; 1 on an older NVIDIA GPU issues the four values as
                                  // atomics; on AMD GPUs 1 is an UnsupportedError)
+    int staged_scratch = -1;     // gradient over groups of levels into scratch (fast_mapping 2 into fp32
+                                 // scratch, det_mapping 3): 1 zeroes a group's part of the scratch just
+                                 // before the group's kernel and converts it just after, while its lines are
+                                 // in L2, the other levels first / last; 0 zeroes the whole scratch first
+                                 // and converts it at the end (-1: 1)
 };
 void set_variant(const Variant& v);
 Variant variant();

@@ -1577,10 +1577,12 @@ __device__ __forceinline__ void discard_l2_line(const void* p) {
 // The conversion's loop over n values of acc (A: float or 64-bit words), N per thread where N A fill
 // 16 bytes (acc 16-byte and dst N-element aligned, gpu::Packed): items [0, n / N) are groups of N (one
 // 16-byte load, one store), the next n % N items the tail's values. value(a) is an A as fp32. lines
-// (acc 128-byte aligned, dead after this kernel): each whole 128-byte line of acc leaves L2 unwritten
-// once its 128 / 16 groups are read; those are consecutive lanes of one warp in one iteration (the
-// blocks' steps are multiples of 32), so a warp barrier orders their loads before the discard by the
-// line's first lane (acc is not const: the discard writes it, and no read-only-cache loads may be used).
+// (these n values dead after this kernel): each 128-byte line of acc that lies wholly inside the n values
+// leaves L2 unwritten once its 128 / 16 groups are read. Thread v takes item v - lead, where lead is the
+// number of 16-byte groups before acc in its line, so that a line's groups are consecutive lanes of one
+// warp in one iteration (the blocks' steps are multiples of 32) and a warp barrier orders their loads
+// before the discard by the line's first lane (acc is not const: the discard writes it, and no
+// read-only-cache loads may be used). A line shared with values outside [acc, acc + n) stays.
 template <uint32_t N, typename T, typename A, typename VALUE>
 __device__ __forceinline__ void convert_values(A* acc, T* __restrict__ dst, int64_t n, bool accumulate, bool lines,
                                                VALUE value) {
@@ -1588,13 +1590,14 @@ __device__ __forceinline__ void convert_values(A* acc, T* __restrict__ dst, int6
     constexpr int64_t kGroupsPerLine = 128 / 16;
     using Group = gpu::Packed<T, N>;
     const int64_t groups = n / N, items = groups + n % N, step = int64_t(gridDim.x) * blockDim.x;
+    const int64_t lead = lines ? int64_t(reinterpret_cast<uintptr_t>(acc) % 128 / 16) : 0;
     // Every lane of a warp runs the same iterations (the warp barrier below).
-    for (int64_t first = int64_t(blockIdx.x) * blockDim.x; first < items; first += step) {
-        const int64_t i = first + threadIdx.x;
+    for (int64_t first = int64_t(blockIdx.x) * blockDim.x; first < lead + items; first += step) {
+        const int64_t v = first + threadIdx.x, i = v - lead;
         if (i >= groups && i < items) {
             const int64_t j = N * groups + (i - groups);
             dst[j] = gradient_value(value(acc[j]), dst + j, accumulate);
-        } else if (i < groups) {
+        } else if (i >= 0 && i < groups) {
             const uint4 u = reinterpret_cast<const uint4*>(acc)[i];
             A av[N];
             memcpy(av, &u, 16);
@@ -1606,7 +1609,7 @@ __device__ __forceinline__ void convert_values(A* acc, T* __restrict__ dst, int6
         }
         if (lines) {
             gpu::sync_warp();
-            if (i % kGroupsPerLine == 0 && i + kGroupsPerLine <= groups) discard_l2_line(acc + N * i);
+            if (v % kGroupsPerLine == 0 && i >= 0 && i + kGroupsPerLine <= groups) discard_l2_line(acc + N * i);
         }
     }
 }
@@ -1618,19 +1621,21 @@ __global__ void grid_gradient_from_float_quads_kernel(float* __restrict__ acc, T
     convert_values<4>(acc, dst, n, accumulate, discard, [](float a) { return a; });
 }
 
-// The same from the fixed-point accumulator; blockIdx.y is the level (its exponent). `pairs` (acc 16-byte
-// and dst two-value aligned): two values per thread (convert_values) where the level starts at an even
-// word, its whole 128-byte lines dropped when `discard` and it starts on a line; else one per thread.
+// The same from the fixed-point accumulator for the levels of `list`; blockIdx.y is the list's item (the
+// level, its exponent). `pairs` (acc 16-byte and dst two-value aligned): two values per thread
+// (convert_values) where the level starts at an even word, the whole 128-byte lines inside it dropped when
+// `discard`; else one per thread.
 template <typename T>
-__global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, uint32_t n_features, unsigned long long* acc,
-                                                const int* __restrict__ exponents, T* __restrict__ dst,
-                                                bool accumulate, bool pairs, bool discard) {
-    const LevelInfo& L = a.levels[blockIdx.y];
-    const int k = exponents[blockIdx.y];
+__global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, const LevelList list, uint32_t n_features,
+                                                unsigned long long* acc, const int* __restrict__ exponents,
+                                                T* __restrict__ dst, bool accumulate, bool pairs, bool discard) {
+    const uint32_t level = list.ids[blockIdx.y];
+    const LevelInfo& L = a.levels[level];
+    const int k = exponents[level];
     const int64_t begin = int64_t(L.offset) * n_features, n = int64_t(L.size) * n_features;
     const auto value = [k](unsigned long long w) { return from_fixed_point(static_cast<long long>(w), k); };
     if (pairs && begin % 2 == 0) {
-        convert_values<2>(acc + begin, dst + begin, n, accumulate, discard && begin % 16 == 0, value);
+        convert_values<2>(acc + begin, dst + begin, n, accumulate, discard, value);
         return;
     }
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)

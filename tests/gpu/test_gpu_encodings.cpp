@@ -546,7 +546,9 @@ TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
 #endif  // TNN_WITH_CUDA
                 variant_with([](auto& v) { v.det_shared_words = 0; }),
                 variant_with([](auto& v) { v.det_bulk = 0; }),
-                variant_with([](auto& v) { v.det_bulk = 0; v.shared_kib = 0; })};
+                variant_with([](auto& v) { v.det_bulk = 0; v.shared_kib = 0; }),
+                variant_with([](auto& v) { v.staged_scratch = 0; }),
+                variant_with([](auto& v) { v.det_mapping = 3; v.level_group_kib = 64; v.staged_scratch = 0; })};
             for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult e = run_encoding(*enc, stream, data, c.batch);
@@ -729,7 +731,9 @@ TEST(GridGpu, KernelVariantsAgree) {
                 variant_with([](auto& v) { v.level_major_grads = 0; }),
                 variant_with([](auto& v) { v.level_major_grads = 1; }),
                 variant_with([](auto& v) { v.vector_grad_loads = 0; }),
-                variant_with([](auto& v) { v.vector_grad_loads = 0; v.level_major_grads = 1; })};
+                variant_with([](auto& v) { v.vector_grad_loads = 0; v.level_major_grads = 1; }),
+                variant_with([](auto& v) { v.fast_mapping = 2; v.staged_scratch = 0; }),
+                variant_with([](auto& v) { v.fast_mapping = 2; v.level_group_kib = 64; v.staged_scratch = 0; })};
             for (const grid_gpu::Variant& v : variants) {
                 grid_gpu::set_variant(v);
                 const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
@@ -1007,6 +1011,60 @@ TEST(GridGpu, GradientConversionAccumulatesAtEveryAlignment) {
                 const double atol = static_cast<double>(c->batch) * 8 * dtype_epsilon(DType::f32) * (1 + m) + eps * m;
                 expect_close(acc, want, atol, eps, "accumulated gradient");
             }
+}
+
+// The gradient's scratch in parts (Variant::staged_scratch): each group of levels' part zeroed just before
+// its kernel and converted just after, the other levels (shared memory, beside) zeroed first and converted
+// last. With 1 KiB groups every level below is a group of its own. The dense levels (6^3 = 216 entries,
+// F = 2: 1728 bytes of fp32 scratch each) start every other one in the middle of a 128-byte line, where the
+// conversion may drop only the lines wholly inside the level (a line dropped too early loses its sums).
+// First- and second-order passes; the fast gradient against the reference, the deterministic one bit for
+// bit against itself unstaged.
+TEST(GridGpu, GradientScratchInStagedGroups) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    const json dense = grid_config("DenseGrid", {{"n_levels", 6}, {"base_resolution", 6}, {"per_level_scale", 1.0}});
+    json dense_det = dense;
+    dense_det["deterministic"] = true;
+    const std::vector<EncodingCase> cases = {grid_case("dense3d_f2_216_entries", 3, dense, 500),
+                                             grid_case("dense3d_f2_216_entries_deterministic", 3, dense_det, 500),
+                                             case_named("hash3d_f2_linear"), case_named("hash3d_f2_deterministic"),
+                                             case_named("hash6d_f2_deterministic")};
+    const std::vector<grid_gpu::Variant> variants = {
+        variant_with([](auto& v) { v.shared_kib = 0; v.level_group_kib = 1; v.staged_scratch = 1; }),
+        variant_with([](auto& v) { v.shared_kib = 0; v.level_group_kib = 1; v.staged_scratch = 0; }),
+        variant_with([](auto& v) { v.level_group_kib = 1; v.staged_scratch = 1; }),
+        variant_with([](auto& v) { v.shared_kib = 0; v.staged_scratch = 1; }),
+        variant_with([](auto& v) { v.staged_scratch = 0; })};
+    for (const EncodingCase& c : cases)
+        for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+            SCOPED_TRACE(msg(c.name, " ", dtype_name(dtype)));
+            const bool det = c.config.value("deterministic", false);
+            const auto enc = create_encoding(c.n_dims, c.config, dtype);
+            const EncodingData data = make_data(c, *enc, dtype, 61);
+            const EncodingResult ref =
+                run_encoding(*create_encoding(c.n_dims, c.config, DType::f64), Stream::cpu(), data, c.batch);
+            const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
+            const ErrorModel m = error_model(c, *enc);
+            TestStream stream(Device::gpu(0));
+            const EncodingResult base = run_encoding(*enc, stream, data, c.batch);
+            compare(base.dL_dparams, ref.dL_dparams, naive.dL_dparams, m.dL_dparams, "dL/dparams by default");
+            compare(base.dL_dparams2, ref.dL_dparams2, naive.dL_dparams2, m.dL_dparams2, "dL'/dparams by default");
+            for (const grid_gpu::Variant& v : variants) {
+                grid_gpu::set_variant(v);
+                const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
+                grid_gpu::set_variant({});
+                SCOPED_TRACE(msg("shared_kib ", v.shared_kib, " level_group_kib ", v.level_group_kib, " staged ",
+                                 v.staged_scratch));
+                if (det) {
+                    expect_same_bits(to_float(base.dL_dparams), to_float(got.dL_dparams), "dL/dparams staged or not");
+                    expect_same_bits(to_float(base.dL_dparams2), to_float(got.dL_dparams2), "dL'/dparams staged or not");
+                } else {
+                    compare(got.dL_dparams, ref.dL_dparams, naive.dL_dparams, m.dL_dparams, "dL/dparams");
+                    compare(got.dL_dparams2, ref.dL_dparams2, naive.dL_dparams2, m.dL_dparams2, "dL'/dparams");
+                }
+            }
+        }
 }
 
 // The level-major copy of dL/dy goes through shared memory in groups of levels (23 levels of F = 8 fp32
