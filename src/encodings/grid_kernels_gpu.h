@@ -1360,13 +1360,17 @@ __global__ void __launch_bounds__(kThreads)
 // STAGED (the caller's rows, the listed levels consecutive from `first` and their values kStagedWords
 // words or fewer, 16-byte aligned, BoundStaging): the block first copies its rows' values to shared memory
 // with 16-byte loads of consecutive lanes, then each thread reads its row's there (rows one word apart
-// in banks). Without, a warp's load of one level touches every row's sector once per level: the pass was
-// bound by L1 throughput (66 us of the deterministic backward at 2^20, run 110).
+// in banks; dynamic shared memory of bound_staging_bytes, 17 KiB for the main row's 64 bytes per row).
+// Without, a warp's load of one level touches every row's sector once per level: the pass was bound by L1
+// throughput (66 us of the deterministic backward at 2^20, run 110).
 constexpr uint32_t kStagedWords = 32;  // 128 bytes of dL/dy per row
 struct BoundStaging {
     uint32_t first = 0;  // the first listed level
     uint32_t words = 0;  // 4-byte words of the listed levels' values per row (a multiple of 4)
 };
+inline size_t bound_staging_bytes(const BoundStaging& st) {
+    return st.words == 0 ? 0 : size_t(kThreads) * (st.words + 1) * sizeof(uint32_t);
+}
 template <typename T, uint32_t D, uint32_t F, bool STAGED>
 __global__ void __launch_bounds__(kThreads)
     grid_param_bound_rows_kernel(const KernelArgs a, const LevelList list, int64_t rows, const float* __restrict__ x,
@@ -1378,7 +1382,7 @@ __global__ void __launch_bounds__(kThreads)
     const bool active = row < rows;
     [[maybe_unused]] const uint32_t* staged_row = nullptr;
     if constexpr (STAGED) {
-        __shared__ uint32_t staged[kThreads * (kStagedWords + 1)];
+        extern __shared__ uint32_t staged[];  // bound_staging_bytes(st)
         const uint32_t pitch = st.words + 1;
         const int64_t n_rows = rows - row0 < kThreads ? rows - row0 : kThreads;
         stage_rows(reinterpret_cast<const uint4*>(g + g_layout.at(row0, st.first)),
@@ -1960,8 +1964,8 @@ template <uint32_t D> Launchers make_launchers() {
                 const BoundStaging st = bound_staging<T, F>(list, gt, g_layout);
                 staged_launched = st.words != 0;
                 dispatch_bool(staged_launched, [&](auto staged) {
-                    grid_param_bound_rows_kernel<T, D, F, decltype(staged)::value><<<dim3(bpl), kThreads, 0,
-                                                                                      c.stream>>>(
+                    grid_param_bound_rows_kernel<T, D, F, decltype(staged)::value>
+                        <<<dim3(bpl), kThreads, bound_staging_bytes(st), c.stream>>>(
                             *c.args, list, c.rows, c.x, c.x_stride, gt, g_layout, st, bound_bits);
                 });
                 TNN_GPU_CHECK_LAUNCH("grid_param_bound_rows_kernel");

@@ -125,18 +125,12 @@ bool wgmma_backward_available(int device, DType dtype, int width) {
     return device_limits(device, dtype, static_cast<uint32_t>(width), true, true, 1).wgmma;
 }
 
-static std::mutex g_last_plan_mutex;
-static BackwardPlan g_last_plan;
-static int g_last_dx_vec = 0;
+static std::mutex g_last_backward_mutex;
+static LastBackward g_last_backward;
 
-BackwardPlan last_backward_plan() {
-    std::lock_guard<std::mutex> lock(g_last_plan_mutex);
-    return g_last_plan;
-}
-
-int last_backward_dx_vec() {
-    std::lock_guard<std::mutex> lock(g_last_plan_mutex);
-    return g_last_dx_vec;
+LastBackward last_backward() {
+    std::lock_guard<std::mutex> lock(g_last_backward_mutex);
+    return g_last_backward;
 }
 
 namespace {
@@ -316,9 +310,8 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         a.stash = stash.data();
     }
     {
-        std::lock_guard<std::mutex> lock(g_last_plan_mutex);
-        g_last_plan = a.bwd;
-        g_last_dx_vec = a.dx ? a.dx_vec : 0;
+        std::lock_guard<std::mutex> lock(g_last_backward_mutex);
+        g_last_backward = LastBackward{a.bwd, a.dx ? a.dx_vec : 0};
     }
     dispatch(dtype, layout.width, [&](auto k) { decltype(k)::backward(a, grid, stream.native()); });
     if (dL_dparams && !direct) {

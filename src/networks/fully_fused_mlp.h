@@ -380,13 +380,15 @@ void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
 // (DeviceLimits::wgmma): an sm_90 device and a build with sm_90a machine code and no plain sm_90 code
 // (TNN_CUDA_WGMMA, set by CMake; the GPU tests check it on the H200).
 bool wgmma_backward_available(int device, DType dtype, int width = 64);
-// The backward plan the last gpu_backward call of this process launched (a test hook: which kernel,
-// tiles and target mode a call took).
-BackwardPlan last_backward_plan();
-// ... and the values per dL/dinput store it gave the kernel (KernelArgs::dx_vec; 0: the launch had no
-// dL/dinput). Calls that launch nothing (no rows, nothing to write) leave both as they were; the gfx12
-// kernels store one value at a time whatever it says.
-int last_backward_dx_vec();
+// What the last backward launch of this process took (a test hook), read together: its plan (which kernel,
+// tiles and target mode) and the values per dL/dinput store it gave the kernel (KernelArgs::dx_vec; 0: the
+// launch had no dL/dinput). Calls that launch nothing (no rows, nothing to write) leave it as it was; the
+// gfx12 kernels store one value at a time whatever dx_vec says.
+struct LastBackward {
+    BackwardPlan plan;
+    int dx_vec = 0;
+};
+LastBackward last_backward();
 #endif  // TNN_WITH_GPU
 
 // ---- The fused training step for the Trainer (src/model/trainer.cpp). can_fuse_loss: `model` is a

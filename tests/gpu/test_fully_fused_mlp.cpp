@@ -419,7 +419,7 @@ void check_wgmma_case(const FusedCase& c, DType dtype, const std::string& what, 
         TestStream stream(dev);
         r[i] = run_gpu(*net, stream, d, false, nullptr);
         // The plan the backward launched: the wgmma kernel, or not with the override.
-        ASSERT_EQ(ffm::last_backward_plan().wgmma, i == 0) << what;
+        ASSERT_EQ(ffm::last_backward().plan.wgmma, i == 0) << what;
     }
     expect_close_to_reference(*net, r[0], ref, naive, c.batch, what + " wgmma");
     expect_same_bits(to_floats(r[0].dL_dinput), to_floats(r[1].dL_dinput), what + " dL/dinput");
@@ -440,7 +440,7 @@ void check_wgmma_case(const FusedCase& c, DType dtype, const std::string& what, 
             View gv = g.view();
             ffm::fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(),
                                      with_dx ? &gv : nullptr, gp.data(), p.data());
-            ASSERT_EQ(ffm::last_backward_plan().wgmma, i == 0) << what;
+            ASSERT_EQ(ffm::last_backward().plan.wgmma, i == 0) << what;
             stream.stream().synchronize();
             values[i] = to_floats(v.to(Device::cpu(), stream));
             dx[i] = to_floats(g.to(Device::cpu(), stream));
@@ -511,7 +511,8 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardAtWidth128MatchesTheReferenceAndTheMmaS
     const FusedData d = make_data(c, *net, 3);
     TestStream stream(Device::gpu(0));
     run_gpu(*net, stream, d, false, nullptr);
-    EXPECT_TRUE(ffm::last_backward_plan().wgmma && ffm::last_backward_plan().n_warps == 8);
+    const ffm::BackwardPlan plan = ffm::last_backward().plan;
+    EXPECT_TRUE(plan.wgmma && plan.n_warps == 8);
 }
 #endif  // TNN_WITH_CUDA
 
@@ -524,7 +525,7 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardAtWidth128MatchesTheReferenceAndTheMmaS
 // wgmma kernel; the fused training step too, with dL/dinput rows padded to a multiple of 4 plus 4 (so
 // that 16-bit rows take 4-value stores, a last group of 1, 2 or 3 columns at input widths 5, 6, 3 and
 // 7, and the padding must keep its sentinels), where the launcher's choice is checked too
-// (last_backward_dx_vec).
+// (last_backward().dx_vec).
 TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
     TNN_SKIP_WITHOUT_GPU();
     const Device dev = Device::gpu(0);
@@ -589,7 +590,7 @@ TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
                         ASSERT_EQ(reinterpret_cast<uintptr_t>(gv.data) % 8, 0u) << what;
                         ffm::fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(), &gv,
                                                  gp.data(), p.data());
-                        EXPECT_EQ(ffm::last_backward_dx_vec(), kCaps[i] ? kCaps[i] : c.input_in_network_dtype ? 4 : 2)
+                        EXPECT_EQ(ffm::last_backward().dx_vec, kCaps[i] ? kCaps[i] : c.input_in_network_dtype ? 4 : 2)
                             << what << " fused step, cap " << kCaps[i];
                         stream.stream().synchronize();
                         dx[i] = to_floats(g.to(Device::cpu(), stream));
