@@ -191,8 +191,8 @@ gpu_stream_t side_stream(int device, gpu_stream_t caller) {
 // Work queued through call() runs beside the caller's stream until join() (or the destructor, so that
 // an exception never leaves a capture forked): the shared-memory levels' reduction, latency-bound on
 // few blocks (0.11 ms for the main row at 2^20, run 60), beside the global levels', bound by L2. Both
-// wait for what the caller's stream queued before (the zeroed accumulator, the exponents); the caller's
-// stream waits for both at join(). Graph capture follows the fork and the join.
+// wait for what the caller's stream queued before (the zeroed levels the side stream adds into, the
+// exponents); the caller's stream waits for both at join(). Graph capture follows the fork and the join.
 class Beside {
   public:
     Beside(const Stream& stream, const Call& c, bool on) : m_stream(stream), m_call(c) {
