@@ -131,6 +131,7 @@ bool det_shared_words(const Variant& v) {
 // older NVIDIA GPU running the bulk kernel would issue its four values as separate atomics, the same bits
 // but slower than the lanes.
 std::atomic<uint64_t> g_bulk_pair_launches{0};
+std::atomic<uint64_t> g_staged_scratch_groups{0};  // groups converted right after their kernel (test hook)
 std::atomic<uint64_t> g_staged_bound_launches{0};  // the bound pass on staged rows (test hook)
 bool det_bulk(const Variant& v, int capability) {
     if (v.det_bulk < 0 && !gpu::is_nvidia_sm90_or_later(capability)) return false;
@@ -251,16 +252,25 @@ std::vector<LevelList> level_groups(const GridDesc& desc, const LevelList& list,
 
 // Whether a gradient conversion drops its accumulator's lines from L2 once read (Variant::discard_scratch):
 // NVIDIA sm_90 and later (the kernels discard in sm_90 builds only, TNN_GRID_L2_HINTS; elsewhere their
-// warp barrier would be all they got), whole lines of a 128-byte aligned accumulator. A line is read by
-// 8 lanes of one warp: the conversions run blocks of whole warps.
+// warp barrier would be all they got), the 128-byte lines wholly inside each converted range of a 16-byte
+// aligned accumulator (convert_values). A line is read by 8 lanes of one warp: the conversions run blocks
+// of whole warps.
 static_assert(gpu::kElementwiseThreads % 32 == 0, "grid conversion: blocks of whole warps");
 bool drop_lines(const Variant& v, int capability, const void* acc) {
-    return v.discard_scratch != 0 && gpu::is_nvidia_sm90_or_later(capability) && aligned(acc, 128);
+    return v.discard_scratch != 0 && gpu::is_nvidia_sm90_or_later(capability) && aligned(acc, 16);
 }
 
 // Where the gradient's scratch goes in parts (Variant::staged_scratch), a group's part zeroed and converted
 // around its kernel.
 bool staged_scratch(const Variant& v) { return v.staged_scratch != 0; }
+
+// Test hook (Variant::poison_scratch): the scratch filled with `byte` before its parts are zeroed, so that a
+// part left unzeroed shows: 0xFF in fp32 (NaN), 0x7F in 64-bit fixed point (about 2^63, beyond the bound
+// of any sum: a value far larger than the level's gradient).
+void poison(const Stream& stream, const Variant& v, void* acc, size_t bytes, int byte) {
+    if (v.poison_scratch != 0 && bytes > 0)
+        TNN_GPU_CHECK(gpu_memset_async(acc, byte, bytes, gpu::native_stream(stream)));
+}
 
 // The levels of [0, n_levels) in none of `groups`.
 LevelList levels_outside(const GridDesc& desc, const std::vector<LevelList>& groups) {
@@ -415,10 +425,11 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             });
         };
         const std::vector<LevelList> groups =
-            mapping == 2 ? level_groups(desc, plan.global, F * sizeof(float), var) : std::vector<LevelList>{};
+            mapping >= 2 ? level_groups(desc, plan.global, F * sizeof(float), var) : std::vector<LevelList>{};
         // In parts: each group's scratch zeroed and converted around its kernel, the other levels here.
         const bool staged = !direct && !groups.empty() && staged_scratch(var);
         const LevelList rest = staged ? levels_outside(desc, groups) : LevelList{};
+        if (!direct) poison(stream, var, acc, n * sizeof(float), 0xFF);
         if (staged)
             zero_levels(stream, desc, rest, acc, sizeof(float));
         else if (!direct || !accumulate)
@@ -437,7 +448,10 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             for (const LevelList& group : groups) {
                 if (staged) zero_levels(stream, desc, group, acc, sizeof(float));
                 L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, sink);
-                if (staged) convert(group);
+                if (staged) {
+                    convert(group);
+                    g_staged_scratch_groups.fetch_add(1, std::memory_order_relaxed);
+                }
             }
         }
         beside.join();
@@ -492,6 +506,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     // (before the shared-memory levels' pass forks).
     const bool staged = !groups.empty() && staged_scratch(var);
     const LevelList rest = staged ? levels_outside(desc, groups) : all_levels(desc);
+    poison(stream, var, acc, n * sizeof(unsigned long long), 0x7F);
     if (staged)
         zero_levels(stream, desc, rest, acc, sizeof(unsigned long long));
     else
@@ -507,7 +522,10 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             if (L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc,
                                                exponents, bulk))
                 g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
-            if (staged) convert(group);
+            if (staged) {
+                convert(group);
+                g_staged_scratch_groups.fetch_add(1, std::memory_order_relaxed);
+            }
         }
     } else if (mapping == 2) {
         if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
@@ -537,6 +555,7 @@ Variant variant() {
 }
 
 uint64_t bulk_pair_launches() { return g_bulk_pair_launches.load(std::memory_order_relaxed); }
+uint64_t staged_scratch_groups() { return g_staged_scratch_groups.load(std::memory_order_relaxed); }
 uint64_t staged_bound_launches() { return g_staged_bound_launches.load(std::memory_order_relaxed); }
 
 void forward(const GridDesc& g, const Stream& stream, ConstView input, View output, const void* params,

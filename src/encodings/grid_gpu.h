@@ -253,12 +253,17 @@ struct Variant {
                                  // before the group's kernel and converts it just after, while its lines are
                                  // in L2, the other levels first / last; 0 zeroes the whole scratch first
                                  // and converts it at the end (-1: 1)
+    int poison_scratch = 0;      // tests: 1 fills the gradient's scratch with 0xFF bytes (NaN) in fp32, 0x7F
+                                 // (about 2^63) in fixed point first, so that a part left unzeroed shows
 };
 void set_variant(const Variant& v);
 Variant variant();
 // Test hook: launches of the deterministic gradient's bulk-pair kernel (Variant::det_bulk) so far (counted
 // where the launcher launched it).
 uint64_t bulk_pair_launches();
+// Test hook: groups of levels whose part of the gradient's scratch was converted right after their kernel
+// (Variant::staged_scratch) so far.
+uint64_t staged_scratch_groups();
 // Test hook: launches of the deterministic bound pass on staged dL/dy rows so far.
 uint64_t staged_bound_launches();
 

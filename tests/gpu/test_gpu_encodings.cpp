@@ -1015,53 +1015,103 @@ TEST(GridGpu, GradientConversionAccumulatesAtEveryAlignment) {
 
 // The gradient's scratch in parts (Variant::staged_scratch): each group of levels' part zeroed just before
 // its kernel and converted just after, the other levels (shared memory, beside) zeroed first and converted
-// last. With 1 KiB groups every level below is a group of its own. The dense levels (6^3 = 216 entries,
-// F = 2: 1728 bytes of fp32 scratch each) start every other one in the middle of a 128-byte line, where the
-// conversion may drop only the lines wholly inside the level (a line dropped too early loses its sums).
-// First- and second-order passes; the fast gradient against the reference, the deterministic one bit for
-// bit against itself unstaged.
+// last. Every run fills the scratch with garbage first (Variant::poison_scratch: NaN in fp32, about 2^63
+// in fixed point), so that a part left unzeroed shows. With 1 KiB groups every level is a group of its own:
+// - Dense levels of 6^3 = 216 entries (F = 2): every other level starts in the middle of a 128-byte line
+//   of fp32 scratch, where the conversion may drop only the lines wholly inside the level (a line dropped
+//   too early loses its sums);
+// - Tiled levels of 5^3 = 125 entries, F = 4 fp32 (2000 bytes) and F = 2 fixed point (2000 bytes): the
+//   levels' starts take every 16-byte offset in their line (lead 0-7 of convert_values);
+// - Dense levels 0 (216 entries, shared memory, the rest) and 1 (global, a group) share a 128-byte line,
+//   with rows near (1, 1, 1) so that level 0's last entries, in that line, get large sums: the group's
+//   conversion must leave the line to the rest's.
+// First- and second-order passes; the fast gradient against the reference (overwrite and accumulate), the
+// deterministic one bit for bit against the whole scratch (both modes). A hook counts the groups converted
+// in parts: some for every staged variant, none for the whole scratch.
 TEST(GridGpu, GradientScratchInStagedGroups) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
+    auto with_det = [](json j) {
+        j["deterministic"] = true;
+        return j;
+    };
     const json dense = grid_config("DenseGrid", {{"n_levels", 6}, {"base_resolution", 6}, {"per_level_scale", 1.0}});
-    json dense_det = dense;
-    dense_det["deterministic"] = true;
-    const std::vector<EncodingCase> cases = {grid_case("dense3d_f2_216_entries", 3, dense, 500),
-                                             grid_case("dense3d_f2_216_entries_deterministic", 3, dense_det, 500),
-                                             case_named("hash3d_f2_linear"), case_named("hash3d_f2_deterministic"),
-                                             case_named("hash6d_f2_deterministic")};
+    const json tiled4 = grid_config("TiledGrid", {{"n_levels", 8}, {"n_features_per_level", 4},
+                                                  {"base_resolution", 5}, {"per_level_scale", 1.0}});
+    const json tiled2 = grid_config("TiledGrid", {{"n_levels", 8}, {"base_resolution", 5}, {"per_level_scale", 1.0}});
+    const json mixed = grid_config("DenseGrid", {{"n_levels", 2}, {"base_resolution", 6}, {"per_level_scale", 4.0}});
+    struct StagedCase {
+        EncodingCase c;
+        bool corner_rows;  // half the rows near (1, 1, 1)
+    };
+    const std::vector<StagedCase> cases = {
+        {grid_case("dense3d_f2_216_entries", 3, dense, 500), false},
+        {grid_case("dense3d_f2_216_entries_deterministic", 3, with_det(dense), 500), false},
+        {grid_case("tiled3d_f4_125_entries", 3, tiled4, 400), false},
+        {grid_case("tiled3d_f2_125_entries_deterministic", 3, with_det(tiled2), 400), false},
+        {grid_case("dense3d_f2_shared_line_with_a_group", 3, mixed, 600), true},
+        {case_named("hash3d_f2_linear"), false},
+        {case_named("hash3d_f2_deterministic"), false},
+        {case_named("hash6d_f2_deterministic"), false}};
+    auto staged_variant = [](int shared_kib, int group_kib, int staged) {
+        return variant_with([=](auto& v) {
+            v.shared_kib = shared_kib;
+            v.level_group_kib = group_kib;
+            v.staged_scratch = staged;
+            v.poison_scratch = 1;
+        });
+    };
+    // The whole scratch first: the reference for the deterministic bits.
     const std::vector<grid_gpu::Variant> variants = {
-        variant_with([](auto& v) { v.shared_kib = 0; v.level_group_kib = 1; v.staged_scratch = 1; }),
-        variant_with([](auto& v) { v.shared_kib = 0; v.level_group_kib = 1; v.staged_scratch = 0; }),
-        variant_with([](auto& v) { v.level_group_kib = 1; v.staged_scratch = 1; }),
-        variant_with([](auto& v) { v.shared_kib = 0; v.staged_scratch = 1; }),
-        variant_with([](auto& v) { v.staged_scratch = 0; })};
-    for (const EncodingCase& c : cases)
+        staged_variant(0, 1, 0), staged_variant(0, 1, 1), staged_variant(-1, 1, 1), staged_variant(0, 0, 1),
+        staged_variant(-1, 0, 1), staged_variant(-1, 0, 0)};
+    for (const StagedCase& sc : cases)
         for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+            const EncodingCase& c = sc.c;
             SCOPED_TRACE(msg(c.name, " ", dtype_name(dtype)));
             const bool det = c.config.value("deterministic", false);
             const auto enc = create_encoding(c.n_dims, c.config, dtype);
-            const EncodingData data = make_data(c, *enc, dtype, 61);
+            EncodingData data = make_data(c, *enc, dtype, 61);
+            if (sc.corner_rows)
+                for (size_t i = 0; i < data.x.size() / 2; ++i) data.x[i] = 1.0 - 0.02 * data.x[i];
             const EncodingResult ref =
                 run_encoding(*create_encoding(c.n_dims, c.config, DType::f64), Stream::cpu(), data, c.batch);
             const EncodingResult naive = run_encoding(*enc, Stream::cpu(), data, c.batch);
             const ErrorModel m = error_model(c, *enc);
             TestStream stream(Device::gpu(0));
-            const EncodingResult base = run_encoding(*enc, stream, data, c.batch);
-            compare(base.dL_dparams, ref.dL_dparams, naive.dL_dparams, m.dL_dparams, "dL/dparams by default");
-            compare(base.dL_dparams2, ref.dL_dparams2, naive.dL_dparams2, m.dL_dparams2, "dL'/dparams by default");
+            std::vector<EncodingResult> whole;  // overwrite, accumulate
             for (const grid_gpu::Variant& v : variants) {
-                grid_gpu::set_variant(v);
-                const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
-                grid_gpu::set_variant({});
                 SCOPED_TRACE(msg("shared_kib ", v.shared_kib, " level_group_kib ", v.level_group_kib, " staged ",
                                  v.staged_scratch));
+                grid_gpu::set_variant(v);
+                const uint64_t groups_before = grid_gpu::staged_scratch_groups();
+                const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
+                const EncodingResult acc = run_encoding(*enc, stream, data, c.batch, GradMode::accumulate, 0.5);
+                const uint64_t staged_groups = grid_gpu::staged_scratch_groups() - groups_before;
+                grid_gpu::set_variant({});
+                // Staged wherever there is scratch (not the fast path's fp32 parameters) and the global
+                // levels go in groups (the shared-memory levels can take them all).
+                if (v.staged_scratch == 0 || (!det && dtype == DType::f32))
+                    EXPECT_EQ(staged_groups, 0u) << "groups converted in parts";
+                else if (v.shared_kib == 0)
+                    EXPECT_GT(staged_groups, 0u) << "groups converted in parts";
+                compare(got.dL_dparams, ref.dL_dparams, naive.dL_dparams, m.dL_dparams, "dL/dparams");
+                compare(got.dL_dparams2, ref.dL_dparams2, naive.dL_dparams2, m.dL_dparams2, "dL'/dparams");
                 if (det) {
-                    expect_same_bits(to_float(base.dL_dparams), to_float(got.dL_dparams), "dL/dparams staged or not");
-                    expect_same_bits(to_float(base.dL_dparams2), to_float(got.dL_dparams2), "dL'/dparams staged or not");
+                    if (whole.empty()) whole = {got, acc};
+                    expect_same_bits(to_float(whole[0].dL_dparams), to_float(got.dL_dparams), "dL/dparams staged or not");
+                    expect_same_bits(to_float(whole[0].dL_dparams2), to_float(got.dL_dparams2),
+                                     "dL'/dparams staged or not");
+                    expect_same_bits(to_float(whole[1].dL_dparams), to_float(acc.dL_dparams),
+                                     "accumulated dL/dparams staged or not");
                 } else {
-                    compare(got.dL_dparams, ref.dL_dparams, naive.dL_dparams, m.dL_dparams, "dL/dparams");
-                    compare(got.dL_dparams2, ref.dL_dparams2, naive.dL_dparams2, m.dL_dparams2, "dL'/dparams");
+                    // 0.5 + the overwritten gradient, which the atomics reach in another order (c.batch * 8
+                    // terms of fp32 rounding), stored in the dtype.
+                    std::vector<double> want(got.dL_dparams.size());
+                    for (size_t i = 0; i < want.size(); ++i) want[i] = 0.5 + got.dL_dparams[i];
+                    const double eps = dtype_epsilon(dtype), mx = max_abs(got.dL_dparams);
+                    const double atol = c.batch * 8 * dtype_epsilon(DType::f32) * (1 + mx) + eps * mx;
+                    expect_close(acc.dL_dparams, want, atol, eps, "accumulated dL/dparams");
                 }
             }
         }
