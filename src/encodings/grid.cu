@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -305,6 +306,59 @@ void zero_levels(const Stream& stream, const GridDesc& desc, const LevelList& li
         zero(stream, static_cast<char*>(acc) + r.first * value_bytes, (r.second - r.first) * value_bytes);
 }
 
+// A gradient accumulator over the parameter vector (value_bytes per value) and the order in which its parts
+// are zeroed and converted into the caller's gradient (`convert`, over a list of levels). Whole: zeroed at
+// begin(), converted at finish(). Staged (Variant::staged_scratch, and groups to stage): the levels in no
+// group (shared-memory levels, levels that get nothing) zeroed at begin() and converted at finish(), each
+// group's part zeroed just before its kernel and converted just after it (group()), while its lines are
+// still in L2. `scratch` = false: the accumulator is the caller's fp32 gradient itself, zeroed unless
+// `keep` (accumulate mode), never converted nor staged.
+class ScratchParts {
+  public:
+    using Convert = std::function<void(const LevelList&)>;
+    ScratchParts(const Stream& stream, const GridDesc& desc, const Variant& v, void* acc, size_t value_bytes,
+                 std::vector<LevelList> groups, bool scratch, bool keep, Convert convert)
+        : m_stream(stream), m_desc(desc), m_acc(acc), m_value_bytes(value_bytes), m_groups(std::move(groups)),
+          m_scratch(scratch), m_keep(keep), m_staged(scratch && !m_groups.empty() && staged_scratch(v)),
+          m_rest(m_staged ? levels_outside(desc, m_groups) : all_levels(desc)), m_convert(std::move(convert)) {
+        // Test hook (Variant::poison_scratch): 0xFF makes fp32 NaN, 0x7F makes 64-bit words of about 2^63.
+        if (m_scratch) poison(stream, v, acc, bytes(), value_bytes == sizeof(float) ? 0xFF : 0x7F);
+    }
+    const std::vector<LevelList>& groups() const { return m_groups; }
+    // Before the shared-memory levels' pass forks: that pass adds into levels of the rest.
+    void begin() {
+        if (m_staged)
+            zero_levels(m_stream, m_desc, m_rest, m_acc, m_value_bytes);
+        else if (m_scratch || !m_keep)
+            zero(m_stream, m_acc, bytes());
+    }
+    // One group's kernel (`run`), its part zeroed before and converted after when staged.
+    template <class Run>
+    void group(const LevelList& list, Run&& run) {
+        if (m_staged) zero_levels(m_stream, m_desc, list, m_acc, m_value_bytes);
+        run(list);
+        if (m_staged) {
+            m_convert(list);
+            g_staged_scratch_groups.fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+    // After the join.
+    void finish() {
+        if (m_scratch) m_convert(m_rest);
+    }
+
+  private:
+    size_t bytes() const { return m_desc.n_params * m_value_bytes; }
+    Stream m_stream;
+    const GridDesc& m_desc;
+    void* m_acc;
+    size_t m_value_bytes;
+    std::vector<LevelList> m_groups;
+    bool m_scratch, m_keep, m_staged;
+    LevelList m_rest;
+    Convert m_convert;
+};
+
 bool overlap_shared(const ReductionPlan& plan, const Variant& v) {
     return plan.shared.count > 0 && plan.global.count > 0 && v.overlap_shared != 0;
 }
@@ -424,16 +478,11 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
                 }
             });
         };
-        const std::vector<LevelList> groups =
-            mapping >= 2 ? level_groups(desc, plan.global, F * sizeof(float), var) : std::vector<LevelList>{};
-        // In parts: each group's scratch zeroed and converted around its kernel, the other levels here.
-        const bool staged = !direct && !groups.empty() && staged_scratch(var);
-        const LevelList rest = staged ? levels_outside(desc, groups) : LevelList{};
-        if (!direct) poison(stream, var, acc, n * sizeof(float), 0xFF);
-        if (staged)
-            zero_levels(stream, desc, rest, acc, sizeof(float));
-        else if (!direct || !accumulate)
-            zero(stream, acc, n * sizeof(float));
+        ScratchParts parts(stream, desc, var, acc, sizeof(float),
+                           mapping >= 2 ? level_groups(desc, plan.global, F * sizeof(float), var)
+                                        : std::vector<LevelList>{},
+                           !direct, accumulate, convert);
+        parts.begin();
         Beside beside(stream, c, overlap_shared(plan, var));
         L.param_grad_shared_float(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item,
                                   plan.rows_per_block, plan.shared_bytes, g_data, gl, acc, slots.split);
@@ -445,17 +494,13 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         } else if (mapping == 1) {
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         } else {
-            for (const LevelList& group : groups) {
-                if (staged) zero_levels(stream, desc, group, acc, sizeof(float));
-                L.param_grad_float_corner_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, sink);
-                if (staged) {
-                    convert(group);
-                    g_staged_scratch_groups.fetch_add(1, std::memory_order_relaxed);
-                }
-            }
+            for (const LevelList& group : parts.groups())
+                parts.group(group, [&](const LevelList& list) {
+                    L.param_grad_float_corner_levels(c, desc.dtype, F, second, list, v, v_stride, g_data, gl, sink);
+                });
         }
         beside.join();
-        if (!direct) convert(staged ? rest : all_levels(desc));
+        parts.finish();
         return;
     }
 
@@ -499,34 +544,23 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             TNN_GPU_CHECK_LAUNCH("grid_gradient_from_fixed_kernel");
         });
     };
-    const std::vector<LevelList> groups = mapping == 3 && F > 1
-                                              ? level_groups(desc, plan.global, F * sizeof(unsigned long long), var)
-                                              : std::vector<LevelList>{};
-    // In parts: each group's accumulator zeroed and converted around its kernel, the other levels here
-    // (before the shared-memory levels' pass forks).
-    const bool staged = !groups.empty() && staged_scratch(var);
-    const LevelList rest = staged ? levels_outside(desc, groups) : all_levels(desc);
-    poison(stream, var, acc, n * sizeof(unsigned long long), 0x7F);
-    if (staged)
-        zero_levels(stream, desc, rest, acc, sizeof(unsigned long long));
-    else
-        zero(stream, acc, n * sizeof(unsigned long long));
+    ScratchParts parts(stream, desc, var, acc, sizeof(unsigned long long),
+                       mapping == 3 && F > 1 ? level_groups(desc, plan.global, F * sizeof(unsigned long long), var)
+                                             : std::vector<LevelList>{},
+                       true, false, convert);
+    parts.begin();
     Beside beside(stream, c, overlap_shared(plan, var));
     L.param_grad_shared_fixed(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
                               plan.shared_bytes, g_data, gl, acc, exponents, words);
     if (mapping == 3 && F > 1) {
         // Bulk pairs: F = 2, first order, 16-byte aligned entries (16 bytes each; temporary buffers are).
         const bool bulk = F == 2 && !second && det_bulk(var, cc) && aligned(acc, 16);
-        for (const LevelList& group : groups) {
-            if (staged) zero_levels(stream, desc, group, acc, sizeof(unsigned long long));
-            if (L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, group, v, v_stride, g_data, gl, acc,
-                                               exponents, bulk))
-                g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
-            if (staged) {
-                convert(group);
-                g_staged_scratch_groups.fetch_add(1, std::memory_order_relaxed);
-            }
-        }
+        for (const LevelList& group : parts.groups())
+            parts.group(group, [&](const LevelList& list) {
+                if (L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, list, v, v_stride, g_data, gl, acc,
+                                                   exponents, bulk))
+                    g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
+            });
     } else if (mapping == 2) {
         if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
                                         exponents))  // 2^D * F > kThreads: one thread per feature
@@ -539,7 +573,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
                            FixedSink{acc, exponents});
     }
     beside.join();
-    convert(rest);
+    parts.finish();
 }
 
 }  // namespace
