@@ -464,10 +464,11 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
                     float* from = acc + r.first;
                     T* dst = static_cast<T*>(dL_dparams) + r.first;
                     const auto count = static_cast<int64_t>(r.second - r.first);
-                    // Four values per thread when both sides allow it (not timed apart: notes_grid.md section 8).
-                    if (aligned(from, 16) && aligned(dst, 4 * sizeof(T))) {
+                    // Four values per thread when both sides allow it (not timed apart: notes_grid.md section 8),
+                    // a range that starts between 16-byte boundaries with a head of one value per thread.
+                    if (aligned(acc, 16) && aligned(dL_dparams, 4 * sizeof(T))) {
                         grid_gradient_from_float_quads_kernel<T>
-                            <<<gpu::elementwise_grid(count / 4 + count % 4), gpu::kElementwiseThreads, 0, s>>>(
+                            <<<gpu::elementwise_grid(count / 4 + 6), gpu::kElementwiseThreads, 0, s>>>(
                                 from, dst, count, accumulate, discard);
                         TNN_GPU_CHECK_LAUNCH("grid_gradient_from_float_quads_kernel");
                     } else {

@@ -1598,41 +1598,49 @@ __device__ __forceinline__ void discard_l2_line(const void* p) {
 }
 
 // The conversion's loop over n values of acc (A: float or 64-bit words), N per thread where N A fill
-// 16 bytes (acc 16-byte and dst N-element aligned, gpu::Packed): items [0, n / N) are groups of N (one
-// 16-byte load, one store), the next n % N items the tail's values. value(a) is an A as fp32. lines
-// (these n values dead after this kernel): each 128-byte line of acc that lies wholly inside the n values
-// leaves L2 unwritten once its 128 / 16 groups are read. Thread v takes item v - lead, where lead is the
-// number of 16-byte groups before acc in its line, so that a line's groups are consecutive lanes of one
-// warp in one iteration (the blocks' steps are multiples of 32) and a warp barrier orders their loads
-// before the discard by the line's first lane (acc is not const: the discard writes it, and no
-// read-only-cache loads may be used). A line shared with values outside [acc, acc + n) stays.
+// 16 bytes, acc and dst starting the same number of values past a 16-byte boundary and an N-element one
+// (gpu::Packed): the head (the values before acc's first 16-byte boundary, fewer than N) and the tail
+// (the n % N values after the groups) one per item, the groups between one 16-byte load and one store each.
+// value(a) is an A as fp32. lines (these n values dead after this kernel): each 128-byte line of acc that
+// lies wholly inside the n values leaves L2 unwritten once its 128 / 16 groups are read. Thread v takes
+// item v - lead, where lead is the number of 16-byte groups before the first group in its line, so that a
+// line's groups are consecutive lanes of one warp in one iteration (the blocks' steps are multiples of 32)
+// and a warp barrier orders their loads before the discard by the line's first lane (acc is not const:
+// the discard writes it, and no read-only-cache loads may be used). A line shared with values outside
+// [acc, acc + n) stays, the head's among them.
 template <uint32_t N, typename T, typename A, typename VALUE>
 __device__ __forceinline__ void convert_values(A* acc, T* __restrict__ dst, int64_t n, bool accumulate, bool lines,
                                                VALUE value) {
     static_assert(N * sizeof(A) == 16, "convert_values: 16-byte groups");
     constexpr int64_t kGroupsPerLine = 128 / 16;
     using Group = gpu::Packed<T, N>;
-    const int64_t groups = n / N, items = groups + n % N, step = int64_t(gridDim.x) * blockDim.x;
-    const int64_t lead = lines ? int64_t(reinterpret_cast<uintptr_t>(acc) % 128 / 16) : 0;
+    const auto past = static_cast<int64_t>(reinterpret_cast<uintptr_t>(acc) % 16 / sizeof(A));
+    const int64_t head = past == 0 ? 0 : (N - past < n ? N - past : n);
+    A* body = acc + head;
+    T* body_dst = dst + head;
+    const int64_t groups = (n - head) / N, tail = (n - head) % N, items = groups + tail + head;
+    const int64_t step = int64_t(gridDim.x) * blockDim.x;
+    const int64_t lead = lines ? int64_t(reinterpret_cast<uintptr_t>(body) % 128 / 16) : 0;
     // Every lane of a warp runs the same iterations (the warp barrier below).
     for (int64_t first = int64_t(blockIdx.x) * blockDim.x; first < lead + items; first += step) {
         const int64_t v = first + threadIdx.x, i = v - lead;
         if (i >= groups && i < items) {
-            const int64_t j = N * groups + (i - groups);
+            // The tail's values, then the head's.
+            const int64_t j = i < groups + tail ? head + N * groups + (i - groups) : i - groups - tail;
             dst[j] = gradient_value(value(acc[j]), dst + j, accumulate);
         } else if (i >= 0 && i < groups) {
-            const uint4 u = reinterpret_cast<const uint4*>(acc)[i];
+            const uint4 u = reinterpret_cast<const uint4*>(body)[i];
             A av[N];
             memcpy(av, &u, 16);
             Group q;
-            if (accumulate) q = reinterpret_cast<const Group*>(dst)[i];
+            if (accumulate) q = reinterpret_cast<const Group*>(body_dst)[i];
             TNN_UNROLL
             for (uint32_t k = 0; k < N; ++k) q.v[k] = gradient_value(value(av[k]), q.v + k, accumulate);
-            reinterpret_cast<Group*>(dst)[i] = q;
+            reinterpret_cast<Group*>(body_dst)[i] = q;
         }
         if (lines) {
             gpu::sync_warp();
-            if (v % kGroupsPerLine == 0 && i >= 0 && i + kGroupsPerLine <= groups) discard_l2_line(acc + N * i);
+            if (v % kGroupsPerLine == 0 && i >= 0 && i + kGroupsPerLine <= groups) discard_l2_line(body + N * i);
         }
     }
 }
@@ -1646,8 +1654,8 @@ __global__ void grid_gradient_from_float_quads_kernel(float* __restrict__ acc, T
 
 // The same from the fixed-point accumulator for the levels of `list`; blockIdx.y is the list's item (the
 // level, its exponent). `pairs` (acc 16-byte and dst two-value aligned): two values per thread
-// (convert_values) where the level starts at an even word, the whole 128-byte lines inside it dropped when
-// `discard`; else one per thread.
+// (convert_values, a level starting at an odd word with a head of one value), the whole 128-byte lines
+// inside it dropped when `discard`; else one per thread.
 template <typename T>
 __global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, const LevelList list, uint32_t n_features,
                                                 unsigned long long* acc, const int* __restrict__ exponents,
@@ -1657,7 +1665,7 @@ __global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, const LevelL
     const int k = exponents[level];
     const int64_t begin = int64_t(L.offset) * n_features, n = int64_t(L.size) * n_features;
     const auto value = [k](unsigned long long w) { return from_fixed_point(static_cast<long long>(w), k); };
-    if (pairs && begin % 2 == 0) {
+    if (pairs) {
         convert_values<2>(acc + begin, dst + begin, n, accumulate, discard, value);
         return;
     }
