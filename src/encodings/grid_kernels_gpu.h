@@ -1272,10 +1272,14 @@ __device__ __forceinline__ float first_order_row_bound(const KernelArgs& a, cons
     return m * weights * (1.0f + 1.0f / 1024.0f);
 }
 
-// The largest of v over the lanes of a warp (all lanes must take part).
+// The largest of v over the lanes of a warp (all lanes must take part): one warp reduction instruction
+// (redux.sync) on NVIDIA sm_80 and later, where five shuffles and maxima were a third of the bound pass's
+// instructions per level (the pass was instruction-bound, run 116); shuffles elsewhere.
 __device__ __forceinline__ uint32_t warp_max(uint32_t v) {
 #if defined(TNN_WITH_HIP)
     for (int lanes = warpSize / 2; lanes > 0; lanes /= 2) v = max(v, static_cast<uint32_t>(__shfl_xor(v, lanes)));
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    v = __reduce_max_sync(0xFFFFFFFFu, v);
 #else
     for (int lanes = 16; lanes > 0; lanes /= 2) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, lanes));
 #endif  // TNN_WITH_HIP
@@ -1353,27 +1357,25 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// The first-order bound of every listed level in one pass over the rows, block maxima per level in shared
-// memory, then one global atomicMax per block and level.
-// Unstaged: a thread per row reads its x once and its dL/dy level after level (contiguous across the warp
-// in the level-major layout), a warp maximum per level, then one shared atomic per warp and level.
+// The first-order bound of every listed level in one pass over the rows: a thread per row reads its x
+// once and its dL/dy level after level (contiguous across the warp in the level-major layout); block
+// maxima per level in shared memory (a warp maximum first, then one shared atomic per warp and
+// level), then one global atomicMax per block and level.
 // STAGED (the caller's rows, the listed levels consecutive from `first` and their values kStagedWords
 // words or fewer, 16-byte aligned, BoundStaging): the block first copies its rows' values to shared memory
-// with 16-byte loads of consecutive lanes, and their x beside them (dynamic shared memory of
-// bound_staging_bytes: 20 KiB for the main row). Then a thread per listed level takes every step-th
-// staged row (step = kThreads / levels), keeps a running maximum in a register and adds it with one shared
-// atomic: no warp maximum per level and row group, which made the pass instruction-bound (61 us of the
-// deterministic backward at 2^20, SM 75%, run 116). Without staging, a warp's load of one level touches
-// every row's sector once per level: the pass was bound by L1 throughput (66 us, run 110). The maxima
-// are of the same values in any order: the same bits either way.
+// with 16-byte loads of consecutive lanes, then each thread reads its row's there (rows one word apart
+// in banks; dynamic shared memory of bound_staging_bytes, 17 KiB for the main row's 64 bytes per row).
+// Without, a warp's load of one level touches every row's sector once per level: the pass was bound by L1
+// throughput (66 us of the deterministic backward at 2^20, run 110). A thread per listed level over every
+// step-th staged row instead (x staged beside dL/dy, a running maximum, one shared atomic per thread, no
+// warp maximum) measured about 22 us slower (every deterministic row of run 118, the unstaged one not).
 constexpr uint32_t kStagedWords = 32;  // 128 bytes of dL/dy per row
 struct BoundStaging {
     uint32_t first = 0;  // the first listed level
     uint32_t words = 0;  // 4-byte words of the listed levels' values per row (a multiple of 4)
 };
-// The rows' values (a word of padding per row, so that rows start one bank apart), then D floats of x per row.
-inline size_t bound_staging_bytes(const BoundStaging& st, uint32_t dims) {
-    return st.words == 0 ? 0 : size_t(kThreads) * (st.words + 1 + dims) * sizeof(uint32_t);
+inline size_t bound_staging_bytes(const BoundStaging& st) {
+    return st.words == 0 ? 0 : size_t(kThreads) * (st.words + 1) * sizeof(uint32_t);
 }
 template <typename T, uint32_t D, uint32_t F, bool STAGED>
 __global__ void __launch_bounds__(kThreads)
@@ -1384,50 +1386,35 @@ __global__ void __launch_bounds__(kThreads)
     for (uint32_t i = threadIdx.x; i < list.count; i += kThreads) block_max[i] = 0;
     const int64_t row0 = int64_t(blockIdx.x) * kThreads, row = row0 + threadIdx.x;
     const bool active = row < rows;
+    [[maybe_unused]] const uint32_t* staged_row = nullptr;
     if constexpr (STAGED) {
-        extern __shared__ uint32_t staged[];  // bound_staging_bytes(st, D)
+        extern __shared__ uint32_t staged[];  // bound_staging_bytes(st)
         const uint32_t pitch = st.words + 1;
-        const auto n_rows = static_cast<uint32_t>(rows - row0 < kThreads ? rows - row0 : kThreads);
+        const int64_t n_rows = rows - row0 < kThreads ? rows - row0 : kThreads;
         stage_rows(reinterpret_cast<const uint4*>(g + g_layout.at(row0, st.first)),
-                   g_layout.row_stride * int64_t(sizeof(T)) / 16, n_rows, st.words / 4, staged, pitch);
-        float* staged_x = reinterpret_cast<float*>(staged + size_t(kThreads) * pitch);
+                   g_layout.row_stride * int64_t(sizeof(T)) / 16, uint32_t(n_rows), st.words / 4, staged, pitch);
+        staged_row = staged + threadIdx.x * pitch;
+    }
+    __syncthreads();
+    float xr[D];
+    TNN_UNROLL
+    for (uint32_t d = 0; d < D; ++d) xr[d] = active ? x[row * x_stride + d] : 0.0f;
+    for (uint32_t i = 0; i < list.count; ++i) {
+        const uint32_t level = list.ids[i];
+        uint32_t bits = 0;
         if (active) {
-            TNN_UNROLL
-            for (uint32_t d = 0; d < D; ++d) staged_x[threadIdx.x * D + d] = x[row * x_stride + d];
-        }
-        __syncthreads();
-        const uint32_t step = kThreads / list.count, i = threadIdx.x % list.count, first_row = threadIdx.x / list.count;
-        if (first_row < step) {
-            const uint32_t level = list.ids[i];
-            const LevelInfo& L = a.levels[level];
-            uint32_t bits = 0;
-            for (uint32_t r = first_row; r < n_rows; r += step) {
-                float xr[D], gv[F];
-                TNN_UNROLL
-                for (uint32_t d = 0; d < D; ++d) xr[d] = staged_x[r * D + d];
-                const T* values = reinterpret_cast<const T*>(staged + r * pitch) + size_t(level - st.first) * F;
+            float gv[F];
+            if constexpr (STAGED) {
+                const T* values = reinterpret_cast<const T*>(staged_row) + size_t(level - st.first) * F;
                 TNN_UNROLL
                 for (uint32_t f = 0; f < F; ++f) gv[f] = to_acc(values[f]);
-                bits = max(bits, __float_as_uint(fabsf(first_order_row_bound<D, F>(a, L, xr, gv))));
-            }
-            if (bits != 0) atomicMax(&block_max[i], bits);
-        }
-    } else {
-        __syncthreads();
-        float xr[D];
-        TNN_UNROLL
-        for (uint32_t d = 0; d < D; ++d) xr[d] = active ? x[row * x_stride + d] : 0.0f;
-        for (uint32_t i = 0; i < list.count; ++i) {
-            const uint32_t level = list.ids[i];
-            uint32_t bits = 0;
-            if (active) {
-                float gv[F];
+            } else {
                 load_gradient<T, F>(g, g_layout, row, level, gv);
-                bits = __float_as_uint(fabsf(first_order_row_bound<D, F>(a, a.levels[level], xr, gv)));
             }
-            bits = warp_max(bits);
-            if (threadIdx.x % warpSize == 0 && bits != 0) atomicMax(&block_max[i], bits);
+            bits = __float_as_uint(fabsf(first_order_row_bound<D, F>(a, a.levels[level], xr, gv)));
         }
+        bits = warp_max(bits);
+        if (threadIdx.x % warpSize == 0 && bits != 0) atomicMax(&block_max[i], bits);
     }
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < list.count; i += kThreads)
@@ -1992,7 +1979,7 @@ template <uint32_t D> Launchers make_launchers() {
                 staged_launched = st.words != 0;
                 dispatch_bool(staged_launched, [&](auto staged) {
                     grid_param_bound_rows_kernel<T, D, F, decltype(staged)::value>
-                        <<<dim3(bpl), kThreads, bound_staging_bytes(st, D), c.stream>>>(
+                        <<<dim3(bpl), kThreads, bound_staging_bytes(st), c.stream>>>(
                             *c.args, list, c.rows, c.x, c.x_stride, gt, g_layout, st, bound_bits);
                 });
                 TNN_GPU_CHECK_LAUNCH("grid_param_bound_rows_kernel");
