@@ -204,7 +204,8 @@ struct Variant {
     int vector_atomics = -1;  // fast gradient: sm_90 v2/v4 float reductions (0: scalar)
     int fast_mapping = -1;    // fast gradient: 0 a thread per (row, level), x-pairs merged into one v4;
                               // 1 a thread per (row, level, corner), reductions coalesced by sector;
-                              // 2 a thread per (row, corner) over a group of levels (x read once per group)
+                              // 2 (or more) a thread per (row, corner) over a group of levels (x read once
+                              // per group; L2 hints only at 2)
                               // (-1: 2, or 0 for first-order Nearest / stochastic rows: one corner each)
     int det_mapping = -1;     // deterministic: 0 a thread per (row, level); 1 per (row, level, feature);
                               // 2 per (row, level, corner, feature); 3 per (row, feature) over a group of

@@ -1022,8 +1022,9 @@ TEST(GridGpu, GradientConversionAccumulatesAtEveryAlignment) {
 //   too early loses its sums);
 // - Tiled levels of 5^3 = 125 entries, F = 4 fp32 (2000 bytes) and F = 2 fixed point (2000 bytes): the
 //   levels' starts take every 16-byte offset in their line (lead 0-7 of convert_values);
-// - Tiled levels of 125 entries, F = 1: fp32 levels starting 4, 8 or 12 bytes past a 16-byte boundary and
-//   fixed-point ones 8 bytes past (the head of convert_values: one value per thread up to the boundary);
+// - Tiled levels of 7^3 = 343 entries, F = 1 (1372 bytes of fp32, more than a group): fp32 levels starting
+//   12, 8 or 4 bytes past a 16-byte boundary and fixed-point ones 8 bytes past (the head of convert_values:
+//   3, 2, 1 or 1 values one per thread up to the boundary);
 // - Dense levels 0 (216 entries, shared memory, the rest) and 1 (global, a group) share a 128-byte line,
 //   with rows near (1, 1, 1) so that level 0's last entries, in that line, get large sums: the group's
 //   conversion must leave the line to the rest's.
@@ -1042,7 +1043,7 @@ TEST(GridGpu, GradientScratchInStagedGroups) {
                                                   {"base_resolution", 5}, {"per_level_scale", 1.0}});
     const json tiled2 = grid_config("TiledGrid", {{"n_levels", 8}, {"base_resolution", 5}, {"per_level_scale", 1.0}});
     const json tiled1 = grid_config("TiledGrid", {{"n_levels", 8}, {"n_features_per_level", 1},
-                                                  {"base_resolution", 5}, {"per_level_scale", 1.0}});
+                                                  {"base_resolution", 7}, {"per_level_scale", 1.0}});
     const json mixed = grid_config("DenseGrid", {{"n_levels", 2}, {"base_resolution", 6}, {"per_level_scale", 4.0}});
     struct StagedCase {
         EncodingCase c;
@@ -1053,8 +1054,8 @@ TEST(GridGpu, GradientScratchInStagedGroups) {
         {grid_case("dense3d_f2_216_entries_deterministic", 3, with_det(dense), 500), false},
         {grid_case("tiled3d_f4_125_entries", 3, tiled4, 400), false},
         {grid_case("tiled3d_f2_125_entries_deterministic", 3, with_det(tiled2), 400), false},
-        {grid_case("tiled3d_f1_125_entries", 3, tiled1, 400), false},
-        {grid_case("tiled3d_f1_125_entries_deterministic", 3, with_det(tiled1), 400), false},
+        {grid_case("tiled3d_f1_343_entries", 3, tiled1, 400), false},
+        {grid_case("tiled3d_f1_343_entries_deterministic", 3, with_det(tiled1), 400), false},
         {grid_case("dense3d_f2_shared_line_with_a_group", 3, mixed, 600), true},
         {case_named("hash3d_f2_linear"), false},
         {case_named("hash3d_f2_deterministic"), false},
