@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -133,7 +132,8 @@ bool det_shared_words(const Variant& v) {
 // but slower than the lanes.
 std::atomic<uint64_t> g_bulk_pair_launches{0};
 std::atomic<uint64_t> g_staged_scratch_groups{0};  // groups converted right after their kernel (test hook)
-std::atomic<uint64_t> g_staged_bound_launches{0};  // the bound pass on staged rows (test hook)
+std::atomic<uint64_t> g_staged_bound_launches{0};  // the bound pass on the caller's rows (test hook)
+std::atomic<uint64_t> g_chunk_bound_launches{0};   // ... as running maxima over their chunks (test hook)
 bool det_bulk(const Variant& v, int capability) {
     if (v.det_bulk < 0 && !gpu::is_nvidia_sm90_or_later(capability)) return false;
     return nvidia_only_switch(v.det_bulk, "det_bulk (bulk reductions from shared memory)");
@@ -312,10 +312,11 @@ void zero_levels(const Stream& stream, const GridDesc& desc, const LevelList& li
 // group (shared-memory levels, levels that get nothing) zeroed at begin() and converted at finish(), each
 // group's part zeroed just before its kernel and converted just after it (group()), while its lines are
 // still in L2. `scratch` = false: the accumulator is the caller's fp32 gradient itself, zeroed unless
-// `keep` (accumulate mode), never converted nor staged.
+// `keep` (accumulate mode), never converted nor staged. Convert: a callable taking a LevelList (the
+// caller's lambda, held by value: no std::function and its allocation per call).
+template <class Convert>
 class ScratchParts {
   public:
-    using Convert = std::function<void(const LevelList&)>;
     ScratchParts(const Stream& stream, const GridDesc& desc, const Variant& v, void* acc, size_t value_bytes,
                  std::vector<LevelList> groups, bool scratch, bool keep, Convert convert)
         : m_stream(stream), m_desc(desc), m_acc(acc), m_value_bytes(value_bytes), m_groups(std::move(groups)),
@@ -516,8 +517,11 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     const ReductionPlan plan =
         plan_reduction(desc, c.rows, n_contributing, second, words ? 3 * sizeof(uint32_t) : sizeof(unsigned long long),
                        shared_budget(stream, var), words ? kWordsMaxAdds : 0);
-    if (L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_bits))
+    const BoundPass bound_pass =
+        L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_bits, var.bound_chunks != 0);
+    if (bound_pass == BoundPass::staged_rows || bound_pass == BoundPass::chunks)
         g_staged_bound_launches.fetch_add(1, std::memory_order_relaxed);
+    if (bound_pass == BoundPass::chunks) g_chunk_bound_launches.fetch_add(1, std::memory_order_relaxed);
     grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
     TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
     // Integer reductions have no vector form: threads per feature (and corner) put an entry's words on
@@ -592,6 +596,7 @@ Variant variant() {
 uint64_t bulk_pair_launches() { return g_bulk_pair_launches.load(std::memory_order_relaxed); }
 uint64_t staged_scratch_groups() { return g_staged_scratch_groups.load(std::memory_order_relaxed); }
 uint64_t staged_bound_launches() { return g_staged_bound_launches.load(std::memory_order_relaxed); }
+uint64_t chunk_bound_launches() { return g_chunk_bound_launches.load(std::memory_order_relaxed); }
 
 void forward(const GridDesc& g, const Stream& stream, ConstView input, View output, const void* params,
              uint32_t n_active) {

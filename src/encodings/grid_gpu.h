@@ -254,6 +254,10 @@ struct Variant {
                                  // before the group's kernel and converts it just after, while its lines are
                                  // in L2, the other levels first / last; 0 zeroes the whole scratch first
                                  // and converts it at the end (-1: 1)
+    int bound_chunks = 1;        // deterministic bound pass on the caller's rows, Linear / Nearest / stochastic:
+                                 // 1 running maxima over the rows' 16-byte chunks (a thread per chunk position),
+                                 // 0 a thread per row with a warp maximum per level (before the twenty-fifth
+                                 // session); the same bits
     int poison_scratch = 0;      // tests: 1 fills the gradient's scratch with 0xFF bytes (NaN) in fp32, 0x7F
                                  // (about 2^63) in fixed point first, so that a part left unzeroed shows
 };
@@ -265,8 +269,10 @@ uint64_t bulk_pair_launches();
 // Test hook: groups of levels whose part of the gradient's scratch was converted right after their kernel
 // (Variant::staged_scratch) so far.
 uint64_t staged_scratch_groups();
-// Test hook: launches of the deterministic bound pass on staged dL/dy rows so far.
+// Test hooks: launches of the deterministic bound pass on the caller's dL/dy rows so far (staged in
+// shared memory or as running maxima over their chunks), and of the second kind alone.
 uint64_t staged_bound_launches();
+uint64_t chunk_bound_launches();
 
 }  // namespace tnn::grid_gpu
 #endif  // TNN_WITH_GPU

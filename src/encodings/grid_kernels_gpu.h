@@ -1370,6 +1370,10 @@ __global__ void __launch_bounds__(kThreads)
 // step-th staged row instead (x staged beside dL/dy, a running maximum, one shared atomic per thread, no
 // warp maximum) measured about 22 us slower (every deterministic row of run 118, the unstaged one not).
 constexpr uint32_t kStagedWords = 32;  // 128 bytes of dL/dy per row
+// The bound pass a launcher ran: none (no level listed), a load per row and level, staged rows
+// (grid_param_bound_rows_kernel), running maxima over the rows' chunks (grid_param_bound_chunks_kernel),
+// the second-order pass.
+enum class BoundPass { none, rows, staged_rows, chunks, second };
 struct BoundStaging {
     uint32_t first = 0;  // the first listed level
     uint32_t words = 0;  // 4-byte words of the listed levels' values per row (a multiple of 4)
@@ -1419,6 +1423,137 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < list.count; i += kThreads)
         if (block_max[i] != 0) atomicMax(bound_bits + list.ids[i], block_max[i]);
+}
+
+// The first-order bound of Linear, Nearest and stochastic rows as running maxima (no weights: see
+// first_order_row_bound), for the caller's rows when bound_staging applies. A row's listed values are
+// P = st.words / 4 16-byte chunks; a block's threads take consecutive chunks (P per row, so each thread
+// keeps one chunk position p and the same levels for all its rows, and a warp's loads are contiguous)
+// and walk kBoundChunksPerThread rows, keeping per 32-bit word the largest magnitude of its values as
+// integer bits: IEEE formats order |v| as their bits without the sign, NaN above inf above every finite
+// value, so the maximum of the masked bits is max |g| with a NaN kept. Linear needs the positions to be
+// finite: |x| <= kBoundPlainX at a level whose |scale| <= kBoundPlainScale always gives a finite
+// fma(scale, x, 0.5), so only other rows (NaN, inf, huge x) test their levels one by one, and mark a
+// level with a non-finite position with the largest NaN bits. At the end fl(m (1 + 2^-10)) is taken
+// once per value instead of once per row: rounding is monotone, so the maximum is the same float, and
+// the level bounds are the same bits as grid_param_bound_rows_kernel's (test:
+// DeterministicBoundOnStagedRowsGivesTheSameBits). About 4 instructions per (row, level) for the main
+// row, where the thread per row with a warp maximum per level took about 30 (run 120: 46 us at 2^20,
+// instruction-bound).
+constexpr uint32_t kBoundChunksPerThread = 16;
+constexpr float kBoundPlainX = 1048576.0f;  // 2^20
+constexpr float kBoundPlainScale = 1.2676506002282294e30f;  // 2^100: 2^120 + 0.5 is finite in fp32
+
+// The largest magnitudes of two words of storage values, lane by lane (a 32-bit value or two 16-bit ones).
+template <typename T> __device__ __forceinline__ uint32_t max_magnitude_bits(uint32_t acc, uint32_t w) {
+    if constexpr (sizeof(T) == 4) {
+        return max(acc, w & 0x7FFFFFFFu);
+    } else {
+        static_assert(sizeof(T) == 2, "max_magnitude_bits: 16- or 32-bit values");
+        w &= 0x7FFF7FFFu;
+#if defined(TNN_WITH_HIP)
+        return max(acc & 0xFFFFu, w & 0xFFFFu) | (max(acc >> 16, w >> 16) << 16);
+#else
+        return __vmaxu2(acc, w);
+#endif  // TNN_WITH_HIP
+    }
+}
+template <typename T> __device__ __forceinline__ uint4 max_magnitude_bits(uint4 acc, uint4 w) {
+    return make_uint4(max_magnitude_bits<T>(acc.x, w.x), max_magnitude_bits<T>(acc.y, w.y),
+                      max_magnitude_bits<T>(acc.z, w.z), max_magnitude_bits<T>(acc.w, w.w));
+}
+// Value j of a chunk held as four words, as a float (storage bits -> T -> to_acc).
+template <typename T> __device__ __forceinline__ float chunk_value(const uint32_t (&words)[4], uint32_t j) {
+    if constexpr (sizeof(T) == 4) {
+        return __uint_as_float(words[j]);
+    } else {
+        const uint16_t bits = static_cast<uint16_t>(words[j / 2] >> (16 * (j % 2)));
+        T v;
+        memcpy(&v, &bits, sizeof(T));
+        return to_acc(v);
+    }
+}
+__device__ __forceinline__ uint32_t shfl_xor_bits(uint32_t v, int lanes) {
+#if defined(TNN_WITH_HIP)
+    return static_cast<uint32_t>(__shfl_xor(v, lanes));
+#else
+    return __shfl_xor_sync(0xFFFFFFFFu, v, lanes);
+#endif  // TNN_WITH_HIP
+}
+
+template <typename T, uint32_t D, uint32_t F>
+__global__ void __launch_bounds__(kThreads)
+    grid_param_bound_chunks_kernel(const KernelArgs a, BoundStaging st, uint32_t n_levels, int64_t rows,
+                                   const float* __restrict__ x, int64_t x_stride, const T* __restrict__ g,
+                                   GradLayout g_layout, unsigned int* __restrict__ bound_bits) {
+    constexpr uint32_t V = 16 / sizeof(T);  // values per chunk
+    __shared__ unsigned int block_max[grid::kMaxLevels];
+    for (uint32_t i = threadIdx.x; i < n_levels; i += kThreads) block_max[i] = 0;
+    const uint32_t P = st.words / 4, rows_per_pass = kThreads / P, t = threadIdx.x, p = t % P;
+    const bool active = t < rows_per_pass * P;
+    const bool check_x = static_cast<Interpolation>(a.interpolation) == Interpolation::Linear && !a.stochastic;
+    // Every level of the thread's chunk keeps the positions of |x| <= 2^20 finite (or no test: x reads 0).
+    bool plain_scales = true;
+    TNN_UNROLL
+    for (uint32_t j = 0; j < V; ++j)
+        plain_scales = plain_scales && (!check_x || fabsf(a.levels[st.first + (p * V + j) / F].scale) <= kBoundPlainScale);
+    uint4 m = make_uint4(0u, 0u, 0u, 0u);
+    const int64_t row0 = int64_t(blockIdx.x) * kBoundChunksPerThread * rows_per_pass + t / P;
+    constexpr uint32_t kBatch = 4;  // rows whose loads are in flight together
+    for (uint32_t k0 = 0; active && k0 < kBoundChunksPerThread; k0 += kBatch) {
+        uint4 v[kBatch];
+        float xr[kBatch][D];
+        bool in[kBatch];
+        TNN_UNROLL
+        for (uint32_t u = 0; u < kBatch; ++u) {
+            const int64_t row = row0 + int64_t(k0 + u) * rows_per_pass;
+            in[u] = row < rows;
+            v[u] = in[u] ? reinterpret_cast<const uint4*>(g + g_layout.at(row, st.first))[p] : make_uint4(0u, 0u, 0u, 0u);
+            TNN_UNROLL
+            for (uint32_t d = 0; d < D; ++d) xr[u][d] = in[u] && check_x ? x[row * x_stride + d] : 0.0f;
+        }
+        TNN_UNROLL
+        for (uint32_t u = 0; u < kBatch; ++u) {
+            m = max_magnitude_bits<T>(m, v[u]);
+            bool plain = plain_scales || !in[u];
+            TNN_UNROLL
+            for (uint32_t d = 0; d < D; ++d) plain = plain && fabsf(xr[u][d]) <= kBoundPlainX;  // false for NaN
+            if (plain) continue;
+            uint32_t nan_words[4] = {0u, 0u, 0u, 0u};
+#pragma unroll 1
+            for (uint32_t j = 0; j < V; ++j) {
+                const float scale = a.levels[st.first + (p * V + j) / F].scale;
+                bool finite = true;
+                TNN_UNROLL
+                for (uint32_t d = 0; d < D; ++d) finite = finite && isfinite(grid::axis_position(xr[u][d], scale));
+                if (!finite) nan_words[j * sizeof(T) / 4] |= sizeof(T) == 4 ? 0x7FFFFFFFu : 0x7FFFu << (16 * (j % 2));
+            }
+            m = max_magnitude_bits<T>(m, make_uint4(nan_words[0], nan_words[1], nan_words[2], nan_words[3]));
+        }
+        if (row0 + int64_t(k0 + kBatch) * rows_per_pass >= rows) break;
+    }
+    // Lanes l and l ^ o hold the same chunk position when P divides o (P a power of two: every thread is
+    // active); the first P lanes of the warp then hold the warp's maxima.
+    const bool pow2 = (P & (P - 1)) == 0 && P <= uint32_t(warpSize);
+    if (pow2) {
+        for (int o = warpSize / 2; o >= int(P); o /= 2) {
+            m = max_magnitude_bits<T>(m, make_uint4(shfl_xor_bits(m.x, o), shfl_xor_bits(m.y, o), shfl_xor_bits(m.z, o),
+                                                    shfl_xor_bits(m.w, o)));
+        }
+    }
+    __syncthreads();  // block_max zeroed
+    if (active && (!pow2 || t % warpSize < P)) {
+        const uint32_t words[4] = {m.x, m.y, m.z, m.w};
+        TNN_UNROLL
+        for (uint32_t j = 0; j < V; ++j) {
+            const float v = chunk_value<T>(words, j);
+            const uint32_t bits = __float_as_uint(fabsf(check_x ? v * (1.0f + 1.0f / 1024.0f) : v));
+            if (bits != 0) atomicMax(&block_max[(p * V + j) / F], bits);
+        }
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n_levels; i += kThreads)
+        if (block_max[i] != 0) atomicMax(bound_bits + st.first + i, block_max[i]);
 }
 
 // The second-order pass's bound, level-major blocks like grid_param_grad_kernel: the weights
@@ -1733,9 +1868,11 @@ struct Launchers {
                                     uint32_t blocks_per_item, int64_t rows_per_block, size_t shared_bytes,
                                     const void* g, GradLayout g_layout, unsigned long long* acc, const int* exponents,
                                     bool words);
-    // Returns whether it launched the first-order pass on staged rows (BoundStaging).
-    bool (*param_bound)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
-                        int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits);
+    // Returns which pass it launched (BoundPass). chunks: the first-order pass over the caller's rows as
+    // running maxima (grid_param_bound_chunks_kernel) where it applies (Linear, Nearest, stochastic).
+    BoundPass (*param_bound)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
+                             int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits,
+                             bool chunks);
     void (*input_grad)(const Call&, DType, uint32_t n_features, const void* g, int64_t g_stride, const void* params,
                        float* dx, int64_t dx_stride);
     void (*second_order_rows)(const Call&, DType, uint32_t n_features, const float* v, int64_t v_stride,
@@ -1966,30 +2103,44 @@ template <uint32_t D> Launchers make_launchers() {
                                     exponents, words);
     };
     l.param_bound = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
-                       const float* v, int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits) {
-        bool staged_launched = false;
-        if (list.count == 0) return staged_launched;
+                       const float* v, int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits,
+                       bool chunks) {
+        BoundPass pass = BoundPass::none;
+        if (list.count == 0) return pass;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
             const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads));
             const T* gt = static_cast<const T*>(g);
-            if (!second) {
-                const BoundStaging st = bound_staging<T, F>(list, gt, g_layout);
-                staged_launched = st.words != 0;
-                dispatch_bool(staged_launched, [&](auto staged) {
-                    grid_param_bound_rows_kernel<T, D, F, decltype(staged)::value>
-                        <<<dim3(bpl), kThreads, bound_staging_bytes(st), c.stream>>>(
-                            *c.args, list, c.rows, c.x, c.x_stride, gt, g_layout, st, bound_bits);
-                });
-                TNN_GPU_CHECK_LAUNCH("grid_param_bound_rows_kernel");
+            if (second) {
+                pass = BoundPass::second;
+                grid_param_bound_second_kernel<T, D, F><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
+                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, bound_bits);
+                TNN_GPU_CHECK_LAUNCH("grid_param_bound_second_kernel");
                 return;
             }
-            grid_param_bound_second_kernel<T, D, F><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, bound_bits);
-            TNN_GPU_CHECK_LAUNCH("grid_param_bound_second_kernel");
+            const BoundStaging st = bound_staging<T, F>(list, gt, g_layout);
+            const bool no_weights = static_cast<Interpolation>(c.args->interpolation) != Interpolation::Smoothstep ||
+                                    c.args->stochastic != 0;
+            if (chunks && st.words != 0 && no_weights) {
+                pass = BoundPass::chunks;
+                const int64_t rows_per_block = int64_t(kBoundChunksPerThread) * (kThreads / (st.words / 4));
+                grid_param_bound_chunks_kernel<T, D, F>
+                    <<<dim3(static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, rows_per_block))), kThreads, 0,
+                       c.stream>>>(*c.args, st, list.count, c.rows, c.x, c.x_stride, gt, g_layout, bound_bits);
+                TNN_GPU_CHECK_LAUNCH("grid_param_bound_chunks_kernel");
+                return;
+            }
+            pass = st.words != 0 ? BoundPass::staged_rows : BoundPass::rows;
+            dispatch_bool(st.words != 0, [&](auto staged) {
+                grid_param_bound_rows_kernel<T, D, F, decltype(staged)::value>
+                    <<<dim3(bpl), kThreads, bound_staging_bytes(st), c.stream>>>(*c.args, list, c.rows, c.x,
+                                                                                 c.x_stride, gt, g_layout, st,
+                                                                                 bound_bits);
+            });
+            TNN_GPU_CHECK_LAUNCH("grid_param_bound_rows_kernel");
         });
-        return staged_launched;
+        return pass;
     };
     l.input_grad = [](const Call& c, DType dtype, uint32_t n_features, const void* g, int64_t g_stride,
                       const void* params, float* dx, int64_t dx_stride) {

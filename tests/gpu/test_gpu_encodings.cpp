@@ -637,16 +637,21 @@ TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
 #endif  // TNN_WITH_CUDA
 }
 
-// The deterministic bound pass reads dL/dy rows staged in shared memory where the caller's rows allow
-// (the listed levels' values whole 16-byte chunks, at most 128 bytes per row), else one load per row and
-// level; dL/dy copied level-major first (Variant::level_major_grads) takes the second way. Both give the
-// same exponents, so the same bits: fp32 / fp16 / bf16 (F = 2 and 8, rows of 8 to 128 bytes: staged from
-// 16), 3-D and 6-D, Smoothstep, overwrite and accumulate. The data makes a wrong read visible: each
-// level's dL/dy is scaled by its own power of two (2^(l % 4)), and its largest value, 3.9x the rest, sits
-// in the last row, inside the last (partial) block, so that a level or row read wrongly, or a block
-// dropped, moves a level's bound across a power of two and its exponent with it. A hook checks that the
-// staged pass ran where it should and not on the level-major copy. (The Linear bound's shortcut is
-// exact: first_order_row_bound.)
+// The deterministic bound pass reads dL/dy from the caller's rows where they allow (the listed levels'
+// values whole 16-byte chunks, at most 128 bytes per row): as running maxima over the rows' chunks
+// (Linear, Nearest, stochastic: grid_param_bound_chunks_kernel), or staged in shared memory
+// (Smoothstep, or Variant::bound_chunks = 0); else one load per row and level. dL/dy copied level-major
+// first (Variant::level_major_grads) takes the last way. All give the same exponents, so the same bits:
+// fp32 / fp16 / bf16, F = 1, 2, 4 and 8 (a level in two chunks, and up to eight levels in one), rows of
+// 8 to 128 bytes (chunks per row 1 to 8, three and six among them), 3-D and 6-D, Nearest, stochastic,
+// Smoothstep, overwrite and accumulate. The data makes a wrong read visible: each level's dL/dy is scaled
+// by its own power of two (2^(l % 4)), and its largest value, 3.9x the rest, sits in the last row,
+// inside the last (partial) block, so that a level or row read wrongly, or a block dropped, moves a
+// level's bound across a power of two and its exponent with it. Passes: finite; a huge x in a middle row
+// (FLT_MAX over the geometric mean of the first and last level's scales; Linear: the finer levels'
+// positions overflow and those levels go NaN, the coarser ones stay finite: the running maxima's
+// per-level test of rows outside |x| <= 2^20); NaN in one dL/dy value of a middle row (its level NaN).
+// Hooks check which pass ran.
 TEST(GridGpu, DeterministicBoundOnStagedRowsGivesTheSameBits) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
@@ -654,11 +659,23 @@ TEST(GridGpu, DeterministicBoundOnStagedRowsGivesTheSameBits) {
                                        case_named("dense3d_f2_deterministic_global"),
                                        case_named("hash3d_f2_deterministic"), case_named("hash6d_f2_deterministic"),
                                        case_named("hash3d_f8_smoothstep_deterministic")};
+    const auto hash = [](const json& extra) {
+        json config = {{"otype", "HashGrid"}, {"log2_hashmap_size", 12}, {"base_resolution", 4},
+                       {"per_level_scale", 1.5}, {"deterministic", true}};
+        config.update(extra);
+        return config;
+    };
     cases.push_back(grid_case("hash3d_f2_L16_deterministic", 3,
-                              grid_config("HashGrid", {{"n_levels", 16}, {"log2_hashmap_size", 12},
-                                                       {"base_resolution", 4}, {"per_level_scale", 1.3},
-                                                       {"deterministic", true}}),
-                              20001));
+                              hash({{"n_levels", 16}, {"base_resolution", 4}, {"per_level_scale", 1.3}}), 20001));
+    cases.push_back(grid_case("hash3d_f2_L6_deterministic", 3, hash({{"n_levels", 6}}), 3001));
+    cases.push_back(grid_case("hash3d_f1_L16_deterministic", 3,
+                              hash({{"n_levels", 16}, {"n_features_per_level", 1}, {"per_level_scale", 1.3}}), 3001));
+    cases.push_back(grid_case("hash3d_f4_L4_deterministic", 3, hash({{"n_levels", 4}, {"n_features_per_level", 4}}), 3001));
+    cases.push_back(grid_case("hash3d_f8_L2_deterministic", 3, hash({{"n_levels", 2}, {"n_features_per_level", 8}}), 3001));
+    cases.push_back(grid_case("hash3d_nearest_L12_deterministic", 3,
+                              hash({{"n_levels", 12}, {"interpolation", "Nearest"}}), 3001));
+    cases.push_back(grid_case("hash3d_stochastic_L8_deterministic", 3,
+                              hash({{"n_levels", 8}, {"stochastic_interpolation", true}}), 3001));
     for (const EncodingCase& c : cases)
         for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
             SCOPED_TRACE(msg(c.name, " ", dtype_name(dtype)));
@@ -671,19 +688,50 @@ TEST(GridGpu, DeterministicBoundOnStagedRowsGivesTheSameBits) {
                 data.dL_dy[size_t((c.batch - 1) * n_out + l * F)] = 3.9 * double(1 << (l % 4));
             const size_t row_bytes = size_t(n_out) * dtype_size(dtype);
             const bool staged_expected = row_bytes % 16 == 0 && row_bytes <= 128;
+            const bool linear = c.config.value("interpolation", "Linear") == "Linear" &&
+                                !c.config.value("stochastic_interpolation", false);
+            const bool chunks_expected = staged_expected && (c.config.value("interpolation", "Linear") != "Smoothstep" ||
+                                                             c.config.value("stochastic_interpolation", false));
             TestStream stream(Device::gpu(0));
-            for (GradMode mode : {GradMode::overwrite, GradMode::accumulate}) {
-                grid_gpu::set_variant({});
-                uint64_t launches = grid_gpu::staged_bound_launches();
-                const EncodingResult staged = run_encoding(*enc, stream, data, c.batch, mode);
-                EXPECT_EQ(grid_gpu::staged_bound_launches() > launches, staged_expected) << row_bytes << " bytes per row";
-                grid_gpu::set_variant(variant_with([](auto& v) { v.level_major_grads = 1; }));
-                launches = grid_gpu::staged_bound_launches();
-                const EncodingResult level_major = run_encoding(*enc, stream, data, c.batch, mode);
-                EXPECT_EQ(grid_gpu::staged_bound_launches(), launches) << "the level-major copy is not staged";
-                grid_gpu::set_variant({});
-                expect_same_bits(to_float(staged.dL_dparams), to_float(level_major.dL_dparams),
-                                 "dL/dparams, bound pass on staged rows and on level-major dL/dy");
+            const int64_t mid = c.batch / 2;
+            // Between the first and the last level's scale: the finer levels' positions overflow, not the coarser.
+            const float log2_scale = std::log2(c.config.value("per_level_scale", 2.0f));
+            const uint32_t base = c.config.value("base_resolution", 16u), n_levels = c.config.value("n_levels", 16u);
+            const double x_big = double(std::numeric_limits<float>::max()) /
+                                 std::sqrt(double(grid::grid_scale(0, log2_scale, base)) *
+                                           double(grid::grid_scale(n_levels - 1, log2_scale, base)));
+            for (int pass : {0, 1, 2}) {
+                SCOPED_TRACE(pass == 0 ? "finite" : pass == 1 ? "a huge x in a row" : "NaN in a dL/dy value");
+                EncodingData d = data;
+                if (pass == 1) d.x[size_t(mid * c.n_dims)] = x_big;
+                if (pass == 2) d.dL_dy[size_t(mid * n_out + (n_out / F / 2) * F)] = std::numeric_limits<double>::quiet_NaN();
+                for (GradMode mode : {GradMode::overwrite, GradMode::accumulate}) {
+                    grid_gpu::set_variant({});
+                    uint64_t launches = grid_gpu::staged_bound_launches();
+                    const uint64_t chunk_launches = grid_gpu::chunk_bound_launches();
+                    const EncodingResult chunks = run_encoding(*enc, stream, d, c.batch, mode);
+                    EXPECT_EQ(grid_gpu::staged_bound_launches() > launches, staged_expected) << row_bytes << " bytes per row";
+                    EXPECT_EQ(grid_gpu::chunk_bound_launches() > chunk_launches, chunks_expected);
+                    grid_gpu::set_variant(variant_with([](auto& v) { v.bound_chunks = 0; }));
+                    const uint64_t chunk_launches_off = grid_gpu::chunk_bound_launches();
+                    const EncodingResult staged = run_encoding(*enc, stream, d, c.batch, mode);
+                    EXPECT_EQ(grid_gpu::chunk_bound_launches(), chunk_launches_off) << "bound_chunks = 0";
+                    grid_gpu::set_variant(variant_with([](auto& v) { v.level_major_grads = 1; }));
+                    launches = grid_gpu::staged_bound_launches();
+                    const EncodingResult level_major = run_encoding(*enc, stream, d, c.batch, mode);
+                    EXPECT_EQ(grid_gpu::staged_bound_launches(), launches) << "the level-major copy is not staged";
+                    grid_gpu::set_variant({});
+                    expect_same_bits(to_float(staged.dL_dparams), to_float(level_major.dL_dparams),
+                                     "dL/dparams, bound pass on staged rows and on level-major dL/dy");
+                    expect_same_bits(to_float(chunks.dL_dparams), to_float(level_major.dL_dparams),
+                                     "dL/dparams, bound pass as running maxima and on level-major dL/dy");
+                    size_t n_nan = 0, n_finite = 0;
+                    for (double v : level_major.dL_dparams) (std::isnan(v) ? n_nan : n_finite) += v != 0.0;
+                    if (pass == 0) EXPECT_EQ(n_nan, 0u);
+                    if (pass == 2) EXPECT_GT(n_nan, 0u) << "the NaN's level";
+                    if (pass == 2 || (pass == 1 && linear)) EXPECT_GT(n_finite, 0u) << "levels left finite";
+                    if (pass == 1 && linear) EXPECT_GT(n_nan, 0u) << "levels whose position overflows";
+                }
             }
         }
 }
