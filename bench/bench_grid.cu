@@ -840,11 +840,16 @@ int main(int argc, char** argv) {
     // first and converted at the end.
     bench_row(main_row({"backward", "fwd_bwd", "backward_det", "fwd_bwd_det"}), o, s, results,
               variant([](auto& v) { v.staged_scratch = 0; }), "whole_scratch");
-    // Twenty-fifth session: the bound pass as running maxima over the rows' chunks (bound_chunks, on)
-    // against the thread per row with a warp maximum per level, at both sizes of the issue's rows.
-    for (int log2 : {20, 21})
-        bench_row({"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << log2, {"backward_det"}}, o, s, results,
-                  variant([](auto& v) { v.bound_chunks = 0; }), "det_bound_rows");
+    // Twenty-fifth session: the bound pass as running maxima over the rows' chunks, with the exponents in
+    // its last block (bound_chunks, on), against the thread per row with a warp maximum per level and the
+    // exponent kernel; the scratch's parts zeroed in fewer launches (fused_zeroing, on) against a memset
+    // per part; at both sizes of the issue's rows.
+    for (int log2 : {20, 21}) {
+        const Row det_row{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << log2, {"backward_det"}};
+        bench_row(det_row, o, s, results, variant([](auto& v) { v.bound_chunks = 0; }), "det_bound_rows");
+        bench_row(det_row, o, s, results, variant([](auto& v) { v.fused_zeroing = 0; }), "det_memset_parts");
+    }
+    bench_row(main_row({"backward"}), o, s, results, variant([](auto& v) { v.fused_zeroing = 0; }), "memset_parts");
     // (48 and 64 MiB were slower still in run 77: 1.170 and 1.391 ms against 0.986.)
     for (int mib : {8, 16})
         bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }),

@@ -132,6 +132,7 @@ bool det_shared_words(const Variant& v) {
 // but slower than the lanes.
 std::atomic<uint64_t> g_bulk_pair_launches{0};
 std::atomic<uint64_t> g_staged_scratch_groups{0};  // groups converted right after their kernel (test hook)
+std::atomic<uint64_t> g_fused_zeroings{0};  // next groups' parts zeroed by a conversion (test hook)
 std::atomic<uint64_t> g_staged_bound_launches{0};  // the bound pass on the caller's rows (test hook)
 std::atomic<uint64_t> g_chunk_bound_launches{0};   // ... as running maxima over their chunks (test hook)
 bool det_bulk(const Variant& v, int capability) {
@@ -306,14 +307,27 @@ void zero_levels(const Stream& stream, const GridDesc& desc, const LevelList& li
         zero(stream, static_cast<char*>(acc) + r.first * value_bytes, (r.second - r.first) * value_bytes);
 }
 
+// The levels of two ascending lists, ascending.
+LevelList merged(const LevelList& a, const LevelList& b) {
+    LevelList out{};
+    uint32_t i = 0, j = 0;
+    while (i < a.count || j < b.count)
+        out.ids[out.count++] = j == b.count || (i < a.count && a.ids[i] < b.ids[j]) ? a.ids[i++] : b.ids[j++];
+    return out;
+}
+
 // A gradient accumulator over the parameter vector (value_bytes per value) and the order in which its parts
-// are zeroed and converted into the caller's gradient (`convert`, over a list of levels). Whole: zeroed at
-// begin(), converted at finish(). Staged (Variant::staged_scratch, and groups to stage): the levels in no
-// group (shared-memory levels, levels that get nothing) zeroed at begin() and converted at finish(), each
-// group's part zeroed just before its kernel and converted just after it (group()), while its lines are
-// still in L2. `scratch` = false: the accumulator is the caller's fp32 gradient itself, zeroed unless
-// `keep` (accumulate mode), never converted nor staged. Convert: a callable taking a LevelList (the
-// caller's lambda, held by value: no std::function and its allocation per call).
+// are zeroed and converted into the caller's gradient (`convert`). Whole: zeroed at begin(), converted at
+// finish(). Staged (Variant::staged_scratch, and groups to stage): the levels in no group (shared-memory
+// levels, levels that get nothing) zeroed at begin() and converted at finish(), each group's part zeroed
+// just before its kernel and converted just after it (group()), while its lines are still in L2. With
+// Variant::fused_zeroing, fewer launches, the same order of what each part receives: the first group's
+// part is zeroed at begin() with the rest (one memset where their ranges meet), and a group's conversion
+// may zero the next group's part in its own launch. `scratch` = false: the accumulator is the caller's
+// fp32 gradient itself, zeroed unless `keep` (accumulate mode), never converted nor staged.
+// Convert: bool(const LevelList& list, const LevelList* next) converts the levels of `list` and, when it
+// returns true, has zeroed the levels of `next` as well (else the next group's part is zeroed on its own).
+// The caller's lambda is held by value: no std::function and its allocation per call.
 template <class Convert>
 class ScratchParts {
   public:
@@ -321,31 +335,42 @@ class ScratchParts {
                  std::vector<LevelList> groups, bool scratch, bool keep, Convert convert)
         : m_stream(stream), m_desc(desc), m_acc(acc), m_value_bytes(value_bytes), m_groups(std::move(groups)),
           m_scratch(scratch), m_keep(keep), m_staged(scratch && !m_groups.empty() && staged_scratch(v)),
+          m_fused(m_staged && v.fused_zeroing != 0),
           m_rest(m_staged ? levels_outside(desc, m_groups) : all_levels(desc)), m_convert(std::move(convert)) {
         // Test hook (Variant::poison_scratch): 0xFF makes fp32 NaN, 0x7F makes 64-bit words of about 2^63.
         if (m_scratch) poison(stream, v, acc, bytes(), value_bytes == sizeof(float) ? 0xFF : 0x7F);
     }
     const std::vector<LevelList>& groups() const { return m_groups; }
-    // Before the shared-memory levels' pass forks: that pass adds into levels of the rest.
+    // Before the shared-memory levels' pass forks: that pass adds into levels of the rest (not the groups').
     void begin() {
-        if (m_staged)
+        if (m_fused) {
+            zero_levels(m_stream, m_desc, merged(m_rest, m_groups.front()), m_acc, m_value_bytes);
+            m_zeroed = 0;
+        } else if (m_staged) {
             zero_levels(m_stream, m_desc, m_rest, m_acc, m_value_bytes);
-        else if (m_scratch || !m_keep)
+        } else if (m_scratch || !m_keep) {
             zero(m_stream, m_acc, bytes());
+        }
     }
-    // One group's kernel (`run`), its part zeroed before and converted after when staged.
+    // The next group's kernel (`run`; groups() in order), its part zeroed before and converted after when
+    // staged.
     template <class Run>
     void group(const LevelList& list, Run&& run) {
-        if (m_staged) zero_levels(m_stream, m_desc, list, m_acc, m_value_bytes);
+        const size_t index = m_next++;
+        if (m_staged && m_zeroed != index) zero_levels(m_stream, m_desc, list, m_acc, m_value_bytes);
         run(list);
         if (m_staged) {
-            m_convert(list);
+            const LevelList* next = m_fused && index + 1 < m_groups.size() ? &m_groups[index + 1] : nullptr;
+            if (m_convert(list, next) && next != nullptr) {
+                m_zeroed = index + 1;
+                g_fused_zeroings.fetch_add(1, std::memory_order_relaxed);
+            }
             g_staged_scratch_groups.fetch_add(1, std::memory_order_relaxed);
         }
     }
     // After the join.
     void finish() {
-        if (m_scratch) m_convert(m_rest);
+        if (m_scratch) (void)m_convert(m_rest, nullptr);
     }
 
   private:
@@ -355,9 +380,11 @@ class ScratchParts {
     void* m_acc;
     size_t m_value_bytes;
     std::vector<LevelList> m_groups;
-    bool m_scratch, m_keep, m_staged;
+    bool m_scratch, m_keep, m_staged, m_fused;
     LevelList m_rest;
     Convert m_convert;
+    size_t m_next = 0;                  // the group group() runs next
+    size_t m_zeroed = size_t(-1);       // a group whose part is zeroed already
 };
 
 bool overlap_shared(const ReductionPlan& plan, const Variant& v) {
@@ -458,7 +485,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         const int cc = gpu::device_properties(stream.device().index).capability;
         const bool discard = !direct && l2_hints == 1 && drop_lines(var, cc, acc);
         // Levels from the scratch into the caller's gradient.
-        const auto convert = [&](const LevelList& list) {
+        const auto convert = [&](const LevelList& list, const LevelList*) {  // zeroes nothing else
             dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
                 using T = decltype(t);
                 for (const auto& r : value_ranges(desc, list)) {
@@ -479,6 +506,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
                     }
                 }
             });
+            return false;
         };
         ScratchParts parts(stream, desc, var, acc, sizeof(float),
                            mapping >= 2 ? level_groups(desc, plan.global, F * sizeof(float), var)
@@ -508,7 +536,8 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
 
     // Deterministic: per-level bound -> fixed-point exponent -> 64-bit integer atomics -> conversion.
     Buffer acc_buffer = Buffer::temporary(stream, n * sizeof(unsigned long long));
-    Buffer level_buffer = Buffer::temporary(stream, 2 * grid::kMaxLevels * sizeof(int));
+    // Per level the bound's bits and the exponent, then the bound pass's counter of finished blocks.
+    Buffer level_buffer = Buffer::temporary(stream, (2 * grid::kMaxLevels + 4) * sizeof(int));
     auto* acc = static_cast<unsigned long long*>(acc_buffer.data());
     auto* bound_bits = static_cast<unsigned int*>(level_buffer.data());
     int* exponents = reinterpret_cast<int*>(bound_bits + grid::kMaxLevels);
@@ -517,13 +546,25 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     const ReductionPlan plan =
         plan_reduction(desc, c.rows, n_contributing, second, words ? 3 * sizeof(uint32_t) : sizeof(unsigned long long),
                        shared_budget(stream, var), words ? kWordsMaxAdds : 0);
+    // The chunks pass (Variant::bound_chunks) computes the exponents in its last block; the other passes
+    // leave them to grid_fixed_point_exponent_kernel. Its grid: one wave of 256-thread blocks at most.
+    BoundOut bound_out;
+    bound_out.bound_bits = bound_bits;
+    bound_out.exponents = exponents;
+    bound_out.blocks_done = bound_bits + 2 * grid::kMaxLevels;
+    bound_out.n_levels = desc.n_levels;
+    bound_out.max_blocks = static_cast<uint32_t>(gpu::device_properties(stream.device().index).sm_count) *
+                           (2048 / kThreads);
     const BoundPass bound_pass =
-        L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_bits, var.bound_chunks != 0);
+        L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_out, var.bound_chunks != 0);
     if (bound_pass == BoundPass::staged_rows || bound_pass == BoundPass::chunks)
         g_staged_bound_launches.fetch_add(1, std::memory_order_relaxed);
-    if (bound_pass == BoundPass::chunks) g_chunk_bound_launches.fetch_add(1, std::memory_order_relaxed);
-    grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
-    TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
+    if (bound_pass == BoundPass::chunks) {
+        g_chunk_bound_launches.fetch_add(1, std::memory_order_relaxed);
+    } else {
+        grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
+        TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
+    }
     // Integer reductions have no vector form: threads per feature (and corner) put an entry's words on
     // consecutive lanes, which leave as one request per 32-byte sector. Automatic: a thread per
     // (row, feature) over groups of levels when F > 1, per (row, level, corner, feature) when F = 1, per
@@ -535,19 +576,28 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     // Two values per thread where aligned; the accumulator's lines dropped once read, as the fast path's
     // scratch (drop_lines): they are dead, and written back to DRAM otherwise.
     const bool discard = drop_lines(var, cc, acc);
-    const auto convert = [&](const LevelList& list) {
-        if (list.count == 0) return;
+    // The levels of `list` into the caller's gradient; with `next` (Variant::fused_zeroing) whose values are
+    // one range, that range of the accumulator zeroed by one more row of blocks of the same launch.
+    const auto convert = [&](const LevelList& list, const LevelList* next) {
+        if (list.count == 0) return false;
+        std::vector<std::pair<size_t, size_t>> zero_range;
+        if (next != nullptr) zero_range = value_ranges(desc, *next);
+        const bool fused = zero_range.size() == 1;
+        unsigned long long* zero_from = fused ? acc + zero_range[0].first : nullptr;
+        const int64_t zero_count = fused ? static_cast<int64_t>(zero_range[0].second - zero_range[0].first) : 0;
         dispatch_gpu_storage(desc.dtype, "grid encoding", [&](auto t) {
             using T = decltype(t);
             size_t largest = 0;
             for (uint32_t i = 0; i < list.count; ++i) largest = std::max<size_t>(largest, desc.levels[list.ids[i]].size);
             const bool pairs = aligned(acc, 16) && aligned(dL_dparams, 2 * sizeof(T));
             const int64_t items = static_cast<int64_t>(largest * F);
-            const dim3 grid(gpu::elementwise_grid(pairs ? items / 2 + items % 2 : items).x, list.count);
+            const dim3 grid(gpu::elementwise_grid(pairs ? items / 2 + items % 2 : items).x, list.count + (fused ? 1 : 0));
             grid_gradient_from_fixed_kernel<T><<<grid, gpu::kElementwiseThreads, 0, s>>>(
-                args, list, F, acc, exponents, static_cast<T*>(dL_dparams), accumulate, pairs, discard);
+                args, list, F, acc, exponents, static_cast<T*>(dL_dparams), accumulate, pairs, discard, zero_from,
+                zero_count);
             TNN_GPU_CHECK_LAUNCH("grid_gradient_from_fixed_kernel");
         });
+        return fused;
     };
     ScratchParts parts(stream, desc, var, acc, sizeof(unsigned long long),
                        mapping == 3 && F > 1 ? level_groups(desc, plan.global, F * sizeof(unsigned long long), var)
@@ -595,6 +645,7 @@ Variant variant() {
 
 uint64_t bulk_pair_launches() { return g_bulk_pair_launches.load(std::memory_order_relaxed); }
 uint64_t staged_scratch_groups() { return g_staged_scratch_groups.load(std::memory_order_relaxed); }
+uint64_t fused_zeroings() { return g_fused_zeroings.load(std::memory_order_relaxed); }
 uint64_t staged_bound_launches() { return g_staged_bound_launches.load(std::memory_order_relaxed); }
 uint64_t chunk_bound_launches() { return g_chunk_bound_launches.load(std::memory_order_relaxed); }
 

@@ -258,6 +258,10 @@ struct Variant {
                                  // 1 running maxima over the rows' 16-byte chunks (a thread per chunk position),
                                  // 0 a thread per row with a warp maximum per level (before the twenty-fifth
                                  // session); the same bits
+    int fused_zeroing = -1;      // staged scratch: 1 zeroes the first group's part with the other levels (one
+                                 // memset where they meet) and each later group's part in the previous group's
+                                 // conversion (deterministic gradient; one launch fewer per group); 0 a memset
+                                 // per part (before the twenty-fifth session) (-1: 1)
     int poison_scratch = 0;      // tests: 1 fills the gradient's scratch with 0xFF bytes (NaN) in fp32, 0x7F
                                  // (about 2^63) in fixed point first, so that a part left unzeroed shows
 };
@@ -269,6 +273,9 @@ uint64_t bulk_pair_launches();
 // Test hook: groups of levels whose part of the gradient's scratch was converted right after their kernel
 // (Variant::staged_scratch) so far.
 uint64_t staged_scratch_groups();
+// Test hook: groups of levels whose part of the scratch the previous group's conversion zeroed
+// (Variant::fused_zeroing) so far.
+uint64_t fused_zeroings();
 // Test hooks: launches of the deterministic bound pass on the caller's dL/dy rows so far (staged in
 // shared memory or as running maxima over their chunks), and of the second kind alone.
 uint64_t staged_bound_launches();

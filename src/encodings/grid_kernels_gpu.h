@@ -1429,7 +1429,8 @@ __global__ void __launch_bounds__(kThreads)
 // first_order_row_bound), for the caller's rows when bound_staging applies. A row's listed values are
 // P = st.words / 4 16-byte chunks; a block's threads take consecutive chunks (P per row, so each thread
 // keeps one chunk position p and the same levels for all its rows, and a warp's loads are contiguous)
-// and walk kBoundChunksPerThread rows, keeping per 32-bit word the largest magnitude of its values as
+// and walk the rows a pass of the grid apart (a grid of at most BoundOut::max_blocks), keeping per 32-bit
+// word the largest magnitude of its values as
 // integer bits: IEEE formats order |v| as their bits without the sign, NaN above inf above every finite
 // value, so the maximum of the masked bits is max |g| with a NaN kept. Linear needs the positions to be
 // finite: |x| <= kBoundPlainX at a level whose |scale| <= kBoundPlainScale always gives a finite
@@ -1440,7 +1441,17 @@ __global__ void __launch_bounds__(kThreads)
 // DeterministicBoundOnStagedRowsGivesTheSameBits). About 4 instructions per (row, level) for the main
 // row, where the thread per row with a warp maximum per level took about 30 (run 120: 46 us at 2^20,
 // instruction-bound).
-constexpr uint32_t kBoundChunksPerThread = 16;
+// Where a bound pass puts its results: the bits of each level's bound (atomicMax, zeroed by the caller).
+// The chunks pass also computes every level's exponent (n_levels of them) in its last block when
+// `exponents` is set; blocks_done: a counter zeroed by the caller. max_blocks: the grid's size at most
+// (the blocks the device holds at once: one wave).
+struct BoundOut {
+    unsigned int* bound_bits = nullptr;
+    int* exponents = nullptr;
+    unsigned int* blocks_done = nullptr;
+    uint32_t n_levels = 0;
+    uint32_t max_blocks = 0;
+};
 constexpr float kBoundPlainX = 1048576.0f;  // 2^20
 constexpr float kBoundPlainScale = 1.2676506002282294e30f;  // 2^100: 2^120 + 0.5 is finite in fp32
 
@@ -1485,7 +1496,8 @@ template <typename T, uint32_t D, uint32_t F>
 __global__ void __launch_bounds__(kThreads)
     grid_param_bound_chunks_kernel(const KernelArgs a, BoundStaging st, uint32_t n_levels, int64_t rows,
                                    const float* __restrict__ x, int64_t x_stride, const T* __restrict__ g,
-                                   GradLayout g_layout, unsigned int* __restrict__ bound_bits) {
+                                   GradLayout g_layout, BoundOut out) {
+    unsigned int* __restrict__ bound_bits = out.bound_bits;
     constexpr uint32_t V = 16 / sizeof(T);  // values per chunk
     __shared__ unsigned int block_max[grid::kMaxLevels];
     for (uint32_t i = threadIdx.x; i < n_levels; i += kThreads) block_max[i] = 0;
@@ -1498,15 +1510,16 @@ __global__ void __launch_bounds__(kThreads)
     for (uint32_t j = 0; j < V; ++j)
         plain_scales = plain_scales && (!check_x || fabsf(a.levels[st.first + (p * V + j) / F].scale) <= kBoundPlainScale);
     uint4 m = make_uint4(0u, 0u, 0u, 0u);
-    const int64_t row0 = int64_t(blockIdx.x) * kBoundChunksPerThread * rows_per_pass + t / P;
-    constexpr uint32_t kBatch = 4;  // rows whose loads are in flight together
-    for (uint32_t k0 = 0; active && k0 < kBoundChunksPerThread; k0 += kBatch) {
+    // Pass k of the grid covers rows_per_pass * gridDim.x consecutive rows; kBatch passes' loads in flight.
+    const int64_t row0 = int64_t(blockIdx.x) * rows_per_pass + t / P, pass_rows = int64_t(gridDim.x) * rows_per_pass;
+    constexpr uint32_t kBatch = 4;
+    for (int64_t k0 = 0; active && row0 + k0 * pass_rows < rows; k0 += kBatch) {
         uint4 v[kBatch];
         float xr[kBatch][D];
         bool in[kBatch];
         TNN_UNROLL
         for (uint32_t u = 0; u < kBatch; ++u) {
-            const int64_t row = row0 + int64_t(k0 + u) * rows_per_pass;
+            const int64_t row = row0 + (k0 + u) * pass_rows;
             in[u] = row < rows;
             v[u] = in[u] ? reinterpret_cast<const uint4*>(g + g_layout.at(row, st.first))[p] : make_uint4(0u, 0u, 0u, 0u);
             TNN_UNROLL
@@ -1530,7 +1543,6 @@ __global__ void __launch_bounds__(kThreads)
             }
             m = max_magnitude_bits<T>(m, make_uint4(nan_words[0], nan_words[1], nan_words[2], nan_words[3]));
         }
-        if (row0 + int64_t(k0 + kBatch) * rows_per_pass >= rows) break;
     }
     // Lanes l and l ^ o hold the same chunk position when P divides o (P a power of two: every thread is
     // active); the first P lanes of the warp then hold the warp's maxima.
@@ -1554,6 +1566,18 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < n_levels; i += kThreads)
         if (block_max[i] != 0) atomicMax(bound_bits + st.first + i, block_max[i]);
+    if (out.exponents == nullptr) return;
+    // The last block to finish turns every level's bound into its exponent (grid_fixed_point_exponent_kernel's
+    // work, without its launch): the other blocks' maxima are visible to it after their fences.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(out.blocks_done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (uint32_t l = threadIdx.x; l < out.n_levels; l += kThreads)
+        out.exponents[l] = fixed_point_exponent(__uint_as_float(atomicOr(bound_bits + l, 0u)), rows);
 }
 
 // The second-order pass's bound, level-major blocks like grid_param_grad_kernel: the weights
@@ -1777,11 +1801,20 @@ __global__ void grid_gradient_from_float_quads_kernel(float* __restrict__ acc, T
 // The same from the fixed-point accumulator for the levels of `list`; blockIdx.y is the list's item (the
 // level, its exponent). `pairs` (acc 16-byte and dst two-value aligned): two values per thread
 // (convert_values, a level starting at an odd word with a head of one value), the whole 128-byte lines
-// inside it dropped when `discard`; else one per thread.
+// inside it dropped when `discard`; else one per thread. blockIdx.y = list.count (a launch with one more
+// row of blocks): zero the zero_count words from `zero` instead (the next group of levels' part of the
+// accumulator, disjoint from the list's: ScratchParts, Variant::fused_zeroing).
 template <typename T>
 __global__ void grid_gradient_from_fixed_kernel(const KernelArgs a, const LevelList list, uint32_t n_features,
                                                 unsigned long long* acc, const int* __restrict__ exponents,
-                                                T* __restrict__ dst, bool accumulate, bool pairs, bool discard) {
+                                                T* __restrict__ dst, bool accumulate, bool pairs, bool discard,
+                                                unsigned long long* __restrict__ zero, int64_t zero_count) {
+    if (blockIdx.y == list.count) {
+        for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < zero_count;
+             i += int64_t(gridDim.x) * blockDim.x)
+            zero[i] = 0ull;
+        return;
+    }
     const uint32_t level = list.ids[blockIdx.y];
     const LevelInfo& L = a.levels[level];
     const int k = exponents[level];
@@ -1870,8 +1903,9 @@ struct Launchers {
                                     bool words);
     // Returns which pass it launched (BoundPass). chunks: the first-order pass over the caller's rows as
     // running maxima (grid_param_bound_chunks_kernel) where it applies (Linear, Nearest, stochastic).
+    // With the chunks pass and out.exponents, the exponents are computed too.
     BoundPass (*param_bound)(const Call&, DType, uint32_t n_features, bool second, const LevelList&, const float* v,
-                             int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits,
+                             int64_t v_stride, const void* g, GradLayout g_layout, const BoundOut& out,
                              bool chunks);
     void (*input_grad)(const Call&, DType, uint32_t n_features, const void* g, int64_t g_stride, const void* params,
                        float* dx, int64_t dx_stride);
@@ -2103,9 +2137,10 @@ template <uint32_t D> Launchers make_launchers() {
                                     exponents, words);
     };
     l.param_bound = [](const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
-                       const float* v, int64_t v_stride, const void* g, GradLayout g_layout, unsigned int* bound_bits,
+                       const float* v, int64_t v_stride, const void* g, GradLayout g_layout, const BoundOut& out,
                        bool chunks) {
         BoundPass pass = BoundPass::none;
+        unsigned int* bound_bits = out.bound_bits;
         if (list.count == 0) return pass;
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
@@ -2124,10 +2159,11 @@ template <uint32_t D> Launchers make_launchers() {
                                     c.args->stochastic != 0;
             if (chunks && st.words != 0 && no_weights) {
                 pass = BoundPass::chunks;
-                const int64_t rows_per_block = int64_t(kBoundChunksPerThread) * (kThreads / (st.words / 4));
-                grid_param_bound_chunks_kernel<T, D, F>
-                    <<<dim3(static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, rows_per_block))), kThreads, 0,
-                       c.stream>>>(*c.args, st, list.count, c.rows, c.x, c.x_stride, gt, g_layout, bound_bits);
+                const int64_t passes = gpu::ceil_div<int64_t>(c.rows, kThreads / (st.words / 4));
+                const int64_t cap = out.max_blocks > 0 && out.max_blocks < passes ? out.max_blocks : passes;
+                const auto blocks = static_cast<uint32_t>(cap > 0 ? cap : 1);
+                grid_param_bound_chunks_kernel<T, D, F><<<dim3(blocks), kThreads, 0, c.stream>>>(
+                    *c.args, st, list.count, c.rows, c.x, c.x_stride, gt, g_layout, out);
                 TNN_GPU_CHECK_LAUNCH("grid_param_bound_chunks_kernel");
                 return;
             }

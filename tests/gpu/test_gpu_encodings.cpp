@@ -1078,7 +1078,8 @@ TEST(GridGpu, GradientConversionAccumulatesAtEveryAlignment) {
 //   conversion must leave the line to the rest's.
 // First- and second-order passes; the fast gradient against the reference (overwrite and accumulate), the
 // deterministic one bit for bit against the whole scratch (both modes). A hook counts the groups converted
-// in parts: some for every staged variant, none for the whole scratch.
+// in parts: some for every staged variant, none for the whole scratch; another the deterministic
+// conversions that zeroed the next group's part (Variant::fused_zeroing; against a memset per part).
 TEST(GridGpu, GradientScratchInStagedGroups) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
@@ -1108,18 +1109,20 @@ TEST(GridGpu, GradientScratchInStagedGroups) {
         {case_named("hash3d_f2_linear"), false},
         {case_named("hash3d_f2_deterministic"), false},
         {case_named("hash6d_f2_deterministic"), false}};
-    auto staged_variant = [](int shared_kib, int group_kib, int staged) {
+    auto staged_variant = [](int shared_kib, int group_kib, int staged, int fused = 1) {
         return variant_with([=](auto& v) {
             v.shared_kib = shared_kib;
             v.level_group_kib = group_kib;
             v.staged_scratch = staged;
+            v.fused_zeroing = fused;
             v.poison_scratch = 1;
         });
     };
-    // The whole scratch first: the reference for the deterministic bits.
+    // The whole scratch first: the reference for the deterministic bits. Fused zeroing (the first group's
+    // part with the rest, later ones in the previous group's conversion) and a memset per part.
     const std::vector<grid_gpu::Variant> variants = {
-        staged_variant(0, 1, 0), staged_variant(0, 1, 1), staged_variant(-1, 1, 1), staged_variant(0, 0, 1),
-        staged_variant(-1, 0, 1), staged_variant(-1, 0, 0)};
+        staged_variant(0, 1, 0), staged_variant(0, 1, 1), staged_variant(0, 1, 1, 0), staged_variant(-1, 1, 1),
+        staged_variant(-1, 1, 1, 0), staged_variant(0, 0, 1), staged_variant(-1, 0, 1), staged_variant(-1, 0, 0)};
     for (const StagedCase& sc : cases)
         for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
             const EncodingCase& c = sc.c;
@@ -1137,13 +1140,18 @@ TEST(GridGpu, GradientScratchInStagedGroups) {
             std::vector<EncodingResult> whole;  // overwrite, accumulate
             for (const grid_gpu::Variant& v : variants) {
                 SCOPED_TRACE(msg("shared_kib ", v.shared_kib, " level_group_kib ", v.level_group_kib, " staged ",
-                                 v.staged_scratch));
+                                 v.staged_scratch, " fused_zeroing ", v.fused_zeroing));
                 grid_gpu::set_variant(v);
                 const uint64_t groups_before = grid_gpu::staged_scratch_groups();
+                const uint64_t fused_before = grid_gpu::fused_zeroings();
                 const EncodingResult got = run_encoding(*enc, stream, data, c.batch);
                 const EncodingResult acc = run_encoding(*enc, stream, data, c.batch, GradMode::accumulate, 0.5);
                 const uint64_t staged_groups = grid_gpu::staged_scratch_groups() - groups_before;
+                const uint64_t fused = grid_gpu::fused_zeroings() - fused_before;
                 grid_gpu::set_variant({});
+                // Only the deterministic conversion zeroes the next group's part, with several groups.
+                if (v.fused_zeroing == 0 || !det || staged_groups < 4) EXPECT_EQ(fused, 0u) << "fused zeroings";
+                else if (v.level_group_kib == 1) EXPECT_GT(fused, 0u) << "fused zeroings";
                 // Staged wherever there is scratch (not the fast path's fp32 parameters) and the global
                 // levels go in groups (the shared-memory levels can take them all; the deterministic
                 // gradient groups levels for F > 1 only).
