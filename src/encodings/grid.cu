@@ -547,7 +547,8 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         plan_reduction(desc, c.rows, n_contributing, second, words ? 3 * sizeof(uint32_t) : sizeof(unsigned long long),
                        shared_budget(stream, var), words ? kWordsMaxAdds : 0);
     // The chunks pass (Variant::bound_chunks) computes the exponents in its last block; the other passes
-    // leave them to grid_fixed_point_exponent_kernel. Its grid: one wave of 256-thread blocks at most.
+    // leave them to grid_fixed_point_exponent_kernel. Its grid: at most as many 256-thread blocks as the
+    // SMs' 2048 threads would hold (two waves at the kernel's registers on sm_90: BoundOut).
     BoundOut bound_out;
     bound_out.bound_bits = bound_bits;
     bound_out.exponents = exponents;

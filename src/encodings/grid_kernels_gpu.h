@@ -1425,26 +1425,11 @@ __global__ void __launch_bounds__(kThreads)
         if (block_max[i] != 0) atomicMax(bound_bits + list.ids[i], block_max[i]);
 }
 
-// The first-order bound of Linear, Nearest and stochastic rows as running maxima (no weights: see
-// first_order_row_bound), for the caller's rows when bound_staging applies. A row's listed values are
-// P = st.words / 4 16-byte chunks; a block's threads take consecutive chunks (P per row, so each thread
-// keeps one chunk position p and the same levels for all its rows, and a warp's loads are contiguous)
-// and walk the rows a pass of the grid apart (a grid of at most BoundOut::max_blocks), keeping per 32-bit
-// word the largest magnitude of its values as
-// integer bits: IEEE formats order |v| as their bits without the sign, NaN above inf above every finite
-// value, so the maximum of the masked bits is max |g| with a NaN kept. Linear needs the positions to be
-// finite: |x| <= kBoundPlainX at a level whose |scale| <= kBoundPlainScale always gives a finite
-// fma(scale, x, 0.5), so only other rows (NaN, inf, huge x) test their levels one by one, and mark a
-// level with a non-finite position with the largest NaN bits. At the end fl(m (1 + 2^-10)) is taken
-// once per value instead of once per row: rounding is monotone, so the maximum is the same float, and
-// the level bounds are the same bits as grid_param_bound_rows_kernel's (test:
-// DeterministicBoundOnStagedRowsGivesTheSameBits). About 4 instructions per (row, level) for the main
-// row, where the thread per row with a warp maximum per level took about 30 (run 120: 46 us at 2^20,
-// instruction-bound).
 // Where a bound pass puts its results: the bits of each level's bound (atomicMax, zeroed by the caller).
-// The chunks pass also computes every level's exponent (n_levels of them) in its last block when
-// `exponents` is set; blocks_done: a counter zeroed by the caller. max_blocks: the grid's size at most
-// (the blocks the device holds at once: one wave).
+// The chunks pass also computes every level's exponent (n_levels: all the grid's levels) in its last
+// block when `exponents` is set; blocks_done: a counter zeroed by the caller. max_blocks: the chunks
+// pass's grid at most (the caller passes SMs x 2048 / 256; with the kernel's 55 registers 4 blocks of 256
+// fit an sm_90 SM, so that is two waves of equal blocks).
 struct BoundOut {
     unsigned int* bound_bits = nullptr;
     int* exponents = nullptr;
@@ -1492,6 +1477,23 @@ __device__ __forceinline__ uint32_t shfl_xor_bits(uint32_t v, int lanes) {
 #endif  // TNN_WITH_HIP
 }
 
+// The first-order bound of Linear, Nearest and stochastic rows as running maxima (no weights: see
+// first_order_row_bound), for the caller's rows when bound_staging applies; n_levels: the listed ones.
+// A row's listed values are P = st.words / 4 16-byte chunks; a block's threads take consecutive chunks
+// (P per row, so each thread keeps one chunk position p and the same levels for all its rows, and a
+// warp's loads are contiguous) and walk the rows a pass of the grid apart, keeping per 32-bit word the
+// largest magnitude of its values as integer bits: IEEE formats order |v| as their bits without the
+// sign, NaN above inf above every finite value, so the maximum of the masked bits is max |g| with a NaN
+// kept. Linear needs the positions to be finite: |x| <= kBoundPlainX at a level whose |scale| <=
+// kBoundPlainScale always gives a finite fma(scale, x, 0.5), so only other rows (NaN, inf, huge x) test
+// their levels one by one, and mark a level with a non-finite position with the largest NaN bits. At
+// the end fl(m (1 + 2^-10)) is taken once per value instead of once per row: rounding is monotone, so
+// the maximum is the same float, and the level bounds are the same bits as
+// grid_param_bound_rows_kernel's where they are finite; a NaN bound may keep another NaN's bits, and
+// every NaN gives the same exponent, so the gradients are the same bits (test:
+// DeterministicBoundOnStagedRowsGivesTheSameBits). About 4 instructions per (row, level) for the main
+// row, where the thread per row with a warp maximum per level took about 30 (run 120: 46 us at 2^20,
+// instruction-bound; run 123: 25 us, bound by its DRAM reads).
 template <typename T, uint32_t D, uint32_t F>
 __global__ void __launch_bounds__(kThreads)
     grid_param_bound_chunks_kernel(const KernelArgs a, BoundStaging st, uint32_t n_levels, int64_t rows,

@@ -647,11 +647,13 @@ TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
 // Smoothstep, overwrite and accumulate. The data makes a wrong read visible: each level's dL/dy is scaled
 // by its own power of two (2^(l % 4)), and its largest value, 3.9x the rest, sits in the last row,
 // inside the last (partial) block, so that a level or row read wrongly, or a block dropped, moves a
-// level's bound across a power of two and its exponent with it. Passes: finite; a huge x in a middle row
-// (FLT_MAX over the geometric mean of the first and last level's scales; Linear: the finer levels'
-// positions overflow and those levels go NaN, the coarser ones stay finite: the running maxima's
-// per-level test of rows outside |x| <= 2^20); NaN in one dL/dy value of a middle row (its level NaN).
-// Hooks check which pass ran.
+// level's bound across a power of two and its exponent with it. Passes: finite; a huge x in a middle row's
+// last dimension (FLT_MAX over the geometric mean of the first and last level's scales; Linear: the finer
+// levels' positions overflow and those levels go NaN, the coarser ones stay finite: the running maxima's
+// per-level test of rows outside |x| <= 2^20); NaN in one dL/dy value of a middle row (its level NaN);
+// NaN in that x (Linear: every level NaN). One case has more rows than a pass of the chunks pass's grid.
+// Hooks check which pass ran. (The gradients depend on the bounds through the exponents only: a bound
+// off by less than its power of two would not show.)
 TEST(GridGpu, DeterministicBoundOnStagedRowsGivesTheSameBits) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
@@ -676,6 +678,11 @@ TEST(GridGpu, DeterministicBoundOnStagedRowsGivesTheSameBits) {
                               hash({{"n_levels", 12}, {"interpolation", "Nearest"}}), 3001));
     cases.push_back(grid_case("hash3d_stochastic_L8_deterministic", 3,
                               hash({{"n_levels", 8}, {"stochastic_interpolation", true}}), 3001));
+    // More rows than one pass of the chunks pass's grid (on the H200 at most 1056 blocks: 33 792 rows a
+    // pass for 128-byte rows, 67 584 for 64-byte ones), so that threads visit rows several passes apart and
+    // the middle row's huge x and NaN lie passes away from the first.
+    cases.push_back(grid_case("hash3d_f2_L16_many_passes_deterministic", 3,
+                              hash({{"n_levels", 16}, {"per_level_scale", 1.3}}), 300001));
     for (const EncodingCase& c : cases)
         for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
             SCOPED_TRACE(msg(c.name, " ", dtype_name(dtype)));
@@ -700,11 +707,16 @@ TEST(GridGpu, DeterministicBoundOnStagedRowsGivesTheSameBits) {
             const double x_big = double(std::numeric_limits<float>::max()) /
                                  std::sqrt(double(grid::grid_scale(0, log2_scale, base)) *
                                            double(grid::grid_scale(n_levels - 1, log2_scale, base)));
-            for (int pass : {0, 1, 2}) {
-                SCOPED_TRACE(pass == 0 ? "finite" : pass == 1 ? "a huge x in a row" : "NaN in a dL/dy value");
+            for (int pass : {0, 1, 2, 3}) {
+                SCOPED_TRACE(pass == 0   ? "finite"
+                             : pass == 1 ? "a huge x in a row"
+                             : pass == 2 ? "NaN in a dL/dy value"
+                                         : "NaN in x");
                 EncodingData d = data;
-                if (pass == 1) d.x[size_t(mid * c.n_dims)] = x_big;
+                const size_t last_dim = size_t(mid * c.n_dims + c.n_dims - 1);
+                if (pass == 1) d.x[last_dim] = x_big;
                 if (pass == 2) d.dL_dy[size_t(mid * n_out + (n_out / F / 2) * F)] = std::numeric_limits<double>::quiet_NaN();
+                if (pass == 3) d.x[last_dim] = std::numeric_limits<double>::quiet_NaN();
                 for (GradMode mode : {GradMode::overwrite, GradMode::accumulate}) {
                     grid_gpu::set_variant({});
                     uint64_t launches = grid_gpu::staged_bound_launches();
@@ -731,6 +743,8 @@ TEST(GridGpu, DeterministicBoundOnStagedRowsGivesTheSameBits) {
                     if (pass == 2) EXPECT_GT(n_nan, 0u) << "the NaN's level";
                     if (pass == 2 || (pass == 1 && linear)) EXPECT_GT(n_finite, 0u) << "levels left finite";
                     if (pass == 1 && linear) EXPECT_GT(n_nan, 0u) << "levels whose position overflows";
+                    if (pass == 3 && linear) EXPECT_EQ(n_finite, 0u) << "a NaN position makes every level NaN";
+                    if (pass == 3 && linear) EXPECT_GT(n_nan, 0u);
                 }
             }
         }
@@ -1149,9 +1163,10 @@ TEST(GridGpu, GradientScratchInStagedGroups) {
                 const uint64_t staged_groups = grid_gpu::staged_scratch_groups() - groups_before;
                 const uint64_t fused = grid_gpu::fused_zeroings() - fused_before;
                 grid_gpu::set_variant({});
-                // Only the deterministic conversion zeroes the next group's part, with several groups.
-                if (v.fused_zeroing == 0 || !det || staged_groups < 4) EXPECT_EQ(fused, 0u) << "fused zeroings";
-                else if (v.level_group_kib == 1) EXPECT_GT(fused, 0u) << "fused zeroings";
+                // Only the deterministic conversion zeroes the next group's part: every group but the first
+                // of each of the two runs (each group here one range of levels).
+                if (v.fused_zeroing == 0 || !det || staged_groups == 0) EXPECT_EQ(fused, 0u) << "fused zeroings";
+                else EXPECT_EQ(fused, staged_groups - 2) << "fused zeroings";
                 // Staged wherever there is scratch (not the fast path's fp32 parameters) and the global
                 // levels go in groups (the shared-memory levels can take them all; the deterministic
                 // gradient groups levels for F > 1 only).
