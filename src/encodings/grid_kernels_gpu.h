@@ -1275,14 +1275,20 @@ __device__ __forceinline__ float first_order_row_bound(const KernelArgs& a, cons
 // The largest of v over the lanes of a warp (all lanes must take part): one warp reduction instruction
 // (redux.sync) on NVIDIA sm_80 and later, where five shuffles and maxima were a third of the bound pass's
 // instructions per level (the pass was instruction-bound, run 116); shuffles elsewhere.
-__device__ __forceinline__ uint32_t warp_max(uint32_t v) {
+// A lane's value from the lane whose index differs by the bits of `lanes` (all lanes take part).
+__device__ __forceinline__ uint32_t shfl_xor_bits(uint32_t v, int lanes) {
 #if defined(TNN_WITH_HIP)
-    for (int lanes = warpSize / 2; lanes > 0; lanes /= 2) v = max(v, static_cast<uint32_t>(__shfl_xor(v, lanes)));
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return static_cast<uint32_t>(__shfl_xor(v, lanes));
+#else
+    return __shfl_xor_sync(0xFFFFFFFFu, v, lanes);
+#endif  // TNN_WITH_HIP
+}
+__device__ __forceinline__ uint32_t warp_max(uint32_t v) {
+#if !defined(TNN_WITH_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     v = __reduce_max_sync(0xFFFFFFFFu, v);
 #else
-    for (int lanes = 16; lanes > 0; lanes /= 2) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, lanes));
-#endif  // TNN_WITH_HIP
+    for (int lanes = warpSize / 2; lanes > 0; lanes /= 2) v = max(v, shfl_xor_bits(v, lanes));
+#endif
     return v;
 }
 
@@ -1458,24 +1464,6 @@ template <typename T> __device__ __forceinline__ uint4 max_magnitude_bits(uint4 
     return make_uint4(max_magnitude_bits<T>(acc.x, w.x), max_magnitude_bits<T>(acc.y, w.y),
                       max_magnitude_bits<T>(acc.z, w.z), max_magnitude_bits<T>(acc.w, w.w));
 }
-// Value j of a chunk held as four words, as a float (storage bits -> T -> to_acc).
-template <typename T> __device__ __forceinline__ float chunk_value(const uint32_t (&words)[4], uint32_t j) {
-    if constexpr (sizeof(T) == 4) {
-        return __uint_as_float(words[j]);
-    } else {
-        const uint16_t bits = static_cast<uint16_t>(words[j / 2] >> (16 * (j % 2)));
-        T v;
-        memcpy(&v, &bits, sizeof(T));
-        return to_acc(v);
-    }
-}
-__device__ __forceinline__ uint32_t shfl_xor_bits(uint32_t v, int lanes) {
-#if defined(TNN_WITH_HIP)
-    return static_cast<uint32_t>(__shfl_xor(v, lanes));
-#else
-    return __shfl_xor_sync(0xFFFFFFFFu, v, lanes);
-#endif  // TNN_WITH_HIP
-}
 
 // The first-order bound of Linear, Nearest and stochastic rows as running maxima (no weights: see
 // first_order_row_bound), for the caller's rows when bound_staging applies; n_levels: the listed ones.
@@ -1560,7 +1548,9 @@ __global__ void __launch_bounds__(kThreads)
         const uint32_t words[4] = {m.x, m.y, m.z, m.w};
         TNN_UNROLL
         for (uint32_t j = 0; j < V; ++j) {
-            const float v = chunk_value<T>(words, j);
+            float v;
+            if constexpr (sizeof(T) == 4) v = __uint_as_float(words[j]);
+            else v = half_bits_to_float<T>(words[j / 2] >> (16 * (j % 2)));
             const uint32_t bits = __float_as_uint(fabsf(check_x ? v * (1.0f + 1.0f / 1024.0f) : v));
             if (bits != 0) atomicMax(&block_max[(p * V + j) / F], bits);
         }
