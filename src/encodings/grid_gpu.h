@@ -254,10 +254,10 @@ struct Variant {
                                  // before the group's kernel and converts it just after, while its lines are
                                  // in L2, the other levels first / last; 0 zeroes the whole scratch first
                                  // and converts it at the end (-1: 1)
-    int bound_chunks = 1;        // deterministic bound pass on the caller's rows, Linear / Nearest / stochastic:
+    int bound_chunks = -1;       // deterministic bound pass on the caller's rows, Linear / Nearest / stochastic:
                                  // 1 running maxima over the rows' 16-byte chunks (a thread per chunk position),
                                  // 0 a thread per row with a warp maximum per level (before the twenty-fifth
-                                 // session); the same bits
+                                 // session); the same exponents (-1: 1)
     int fused_zeroing = -1;      // staged scratch: 1 zeroes the first group's part with the other levels (one
                                  // memset where they meet) and each later group's part in the previous group's
                                  // conversion (deterministic gradient; one launch fewer per group); 0 a memset
