@@ -854,6 +854,16 @@ int main(int argc, char** argv) {
     for (int mib : {8, 16})
         bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }),
                   "level_groups_" + std::to_string(mib) + "MiB");
+    // Twenty-sixth session: groups a little over 32 MiB. The deterministic main row's 64-bit accumulators
+    // take 3.6 MB for the dense levels 0-3 and 8 MiB per hashed level (4-15), so 32 MiB makes four groups
+    // (up to level 6, 7-10, 11-14, and 15 alone: 97 us of the 1323 in run 123), 36 MiB three (up to 7,
+    // 8-11, 12-15), 44 MiB three (up to 8, 9-13, 14-15). The fast path's fp32 groups: two either way.
+    for (int mib : {36, 44}) {
+        const std::string name = "level_groups_" + std::to_string(mib) + "MiB";
+        bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }), name);
+        const Row det_2m{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 21, {"backward_det"}};
+        bench_row(det_2m, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }), name);
+    }
     // Fourteenth session: L2 eviction hints in the fast gradient over groups of levels (on by default since
     // run 79): the x and dL/dy loads evict-first, with the reductions evict-last (1) or without (2).
     // Fifteenth: with fwd_bwd too (a forward after the backward: run 81 measured fwd_bwd 50 us above

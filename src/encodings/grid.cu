@@ -133,6 +133,7 @@ bool det_shared_words(const Variant& v) {
 std::atomic<uint64_t> g_bulk_pair_launches{0};
 std::atomic<uint64_t> g_staged_scratch_groups{0};  // groups converted right after their kernel (test hook)
 std::atomic<uint64_t> g_fused_zeroings{0};  // next groups' parts zeroed by a conversion (test hook)
+std::atomic<uint64_t> g_staged_scratch_passes{0};  // gradient passes with a staged scratch (test hook)
 std::atomic<uint64_t> g_staged_bound_launches{0};  // the bound pass on the caller's rows (test hook)
 std::atomic<uint64_t> g_chunk_bound_launches{0};   // ... as running maxima over their chunks (test hook)
 bool det_bulk(const Variant& v, int capability) {
@@ -307,20 +308,11 @@ void zero_levels(const Stream& stream, const GridDesc& desc, const LevelList& li
         zero(stream, static_cast<char*>(acc) + r.first * value_bytes, (r.second - r.first) * value_bytes);
 }
 
-// The levels of two ascending lists, ascending.
-LevelList merged(const LevelList& a, const LevelList& b) {
-    LevelList out{};
-    uint32_t i = 0, j = 0;
-    while (i < a.count || j < b.count)
-        out.ids[out.count++] = j == b.count || (i < a.count && a.ids[i] < b.ids[j]) ? a.ids[i++] : b.ids[j++];
-    return out;
-}
-
 // A gradient accumulator over the parameter vector (value_bytes per value) and the order in which its parts
 // are zeroed and converted into the caller's gradient (`convert`). Whole: zeroed at begin(), converted at
 // finish(). Staged (Variant::staged_scratch, and groups to stage): the levels in no group (shared-memory
 // levels, levels that get nothing) zeroed at begin() and converted at finish(), each group's part zeroed
-// just before its kernel and converted just after it (group()), while its lines are still in L2. With
+// just before its kernel and converted just after it (each_group()), while its lines are still in L2. With
 // Variant::fused_zeroing, fewer launches, the same order of what each part receives: the first group's
 // part is zeroed at begin() with the rest (one memset where their ranges meet), and a group's conversion
 // may zero the next group's part in its own launch. `scratch` = false: the accumulator is the caller's
@@ -340,31 +332,32 @@ class ScratchParts {
         // Test hook (Variant::poison_scratch): 0xFF makes fp32 NaN, 0x7F makes 64-bit words of about 2^63.
         if (m_scratch) poison(stream, v, acc, bytes(), value_bytes == sizeof(float) ? 0xFF : 0x7F);
     }
-    const std::vector<LevelList>& groups() const { return m_groups; }
     // Before the shared-memory levels' pass forks: that pass adds into levels of the rest (not the groups').
     void begin() {
+        if (m_staged) g_staged_scratch_passes.fetch_add(1, std::memory_order_relaxed);
         if (m_fused) {
-            zero_levels(m_stream, m_desc, merged(m_rest, m_groups.front()), m_acc, m_value_bytes);
-            m_zeroed = 0;
+            // The rest and the first group: the levels outside the later groups.
+            const std::vector<LevelList> later(m_groups.begin() + 1, m_groups.end());
+            zero_levels(m_stream, m_desc, levels_outside(m_desc, later), m_acc, m_value_bytes);
+            m_zeroed = true;
         } else if (m_staged) {
             zero_levels(m_stream, m_desc, m_rest, m_acc, m_value_bytes);
         } else if (m_scratch || !m_keep) {
             zero(m_stream, m_acc, bytes());
         }
     }
-    // The next group's kernel (`run`; groups() in order), its part zeroed before and converted after when
-    // staged.
+    // Each group's kernel (`run(list)`) in order, its part zeroed before (unless done already) and
+    // converted after when staged.
     template <class Run>
-    void group(const LevelList& list, Run&& run) {
-        const size_t index = m_next++;
-        if (m_staged && m_zeroed != index) zero_levels(m_stream, m_desc, list, m_acc, m_value_bytes);
-        run(list);
-        if (m_staged) {
-            const LevelList* next = m_fused && index + 1 < m_groups.size() ? &m_groups[index + 1] : nullptr;
-            if (m_convert(list, next) && next != nullptr) {
-                m_zeroed = index + 1;
-                g_fused_zeroings.fetch_add(1, std::memory_order_relaxed);
-            }
+    void each_group(Run&& run) {
+        for (size_t i = 0; i < m_groups.size(); ++i) {
+            const LevelList& list = m_groups[i];
+            if (m_staged && !m_zeroed) zero_levels(m_stream, m_desc, list, m_acc, m_value_bytes);
+            run(list);
+            if (!m_staged) continue;
+            const LevelList* next = m_fused && i + 1 < m_groups.size() ? &m_groups[i + 1] : nullptr;
+            m_zeroed = m_convert(list, next) && next != nullptr;
+            if (m_zeroed) g_fused_zeroings.fetch_add(1, std::memory_order_relaxed);
             g_staged_scratch_groups.fetch_add(1, std::memory_order_relaxed);
         }
     }
@@ -383,8 +376,7 @@ class ScratchParts {
     bool m_scratch, m_keep, m_staged, m_fused;
     LevelList m_rest;
     Convert m_convert;
-    size_t m_next = 0;                  // the group group() runs next
-    size_t m_zeroed = size_t(-1);       // a group whose part is zeroed already
+    bool m_zeroed = false;  // the next group's part is zeroed already
 };
 
 bool overlap_shared(const ReductionPlan& plan, const Variant& v) {
@@ -524,10 +516,9 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         } else if (mapping == 1) {
             L.param_grad_float_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, sink);
         } else {
-            for (const LevelList& group : parts.groups())
-                parts.group(group, [&](const LevelList& list) {
-                    L.param_grad_float_corner_levels(c, desc.dtype, F, second, list, v, v_stride, g_data, gl, sink);
-                });
+            parts.each_group([&](const LevelList& list) {
+                L.param_grad_float_corner_levels(c, desc.dtype, F, second, list, v, v_stride, g_data, gl, sink);
+            });
         }
         beside.join();
         parts.finish();
@@ -611,12 +602,11 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     if (mapping == 3 && F > 1) {
         // Bulk pairs: F = 2, first order, 16-byte aligned entries (16 bytes each; temporary buffers are).
         const bool bulk = F == 2 && !second && det_bulk(var, cc) && aligned(acc, 16);
-        for (const LevelList& group : parts.groups())
-            parts.group(group, [&](const LevelList& list) {
-                if (L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, list, v, v_stride, g_data, gl, acc,
-                                                   exponents, bulk))
-                    g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
-            });
+        parts.each_group([&](const LevelList& list) {
+            if (L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, list, v, v_stride, g_data, gl, acc, exponents,
+                                               bulk))
+                g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
+        });
     } else if (mapping == 2) {
         if (!L.param_grad_fixed_corners(c, desc.dtype, F, second, plan.global, v, v_stride, g_data, gl, acc,
                                         exponents))  // 2^D * F > kThreads: one thread per feature
@@ -647,6 +637,7 @@ Variant variant() {
 uint64_t bulk_pair_launches() { return g_bulk_pair_launches.load(std::memory_order_relaxed); }
 uint64_t staged_scratch_groups() { return g_staged_scratch_groups.load(std::memory_order_relaxed); }
 uint64_t fused_zeroings() { return g_fused_zeroings.load(std::memory_order_relaxed); }
+uint64_t staged_scratch_passes() { return g_staged_scratch_passes.load(std::memory_order_relaxed); }
 uint64_t staged_bound_launches() { return g_staged_bound_launches.load(std::memory_order_relaxed); }
 uint64_t chunk_bound_launches() { return g_chunk_bound_launches.load(std::memory_order_relaxed); }
 
