@@ -228,17 +228,22 @@ class Beside {
     bool m_forked = false;
 };
 
-// Consecutive levels of `list` in groups whose accumulators (entry_bytes per entry) add up to at most
-// kLevelGroupBytes (Variant::level_group_kib), a level larger than that on its own: a group's
-// reductions stay in L2 together (the H200's 50 MB) next to x and dL/dy. The main row: 8 levels of
-// 4 MiB per group in fp32, 4 of 8 MiB in fixed point. 32 MiB measured faster than 16 on the H200 in
-// every run that compared them (fast backward at 2^20: run 63 1.056 against 1.066 ms, run 73 0.952
-// against 0.977; deterministic within 1%); 8 MiB slower.
-constexpr size_t kLevelGroupBytes = size_t(32) << 20;
-std::vector<LevelList> level_groups(const GridDesc& desc, const LevelList& list, size_t entry_bytes,
+// Consecutive levels of `list` in groups whose accumulators (value_bytes per value) add up to at most
+// the limit (Variant::level_group_kib), a level larger than that on its own: a group's reductions stay
+// in L2 together (the H200's 50 MB) next to x and dL/dy. By default 32 MiB of fp32 accumulators, 36 MiB
+// of 64-bit fixed point. The main row (dense levels 0-3 in 1.8 / 3.6 MB, 12 hashed levels of 4 / 8 MiB):
+// fp32 in two groups (up to 10, 11-15); fixed point in three (up to 7, 8-11, 12-15), where 32 MiB made four,
+// the last one level alone. Measured on the H200 (main row, 2^20): fp32 32 MiB faster than 16 in every
+// run that compared them (run 63 1.056 against 1.066 ms, run 73 0.952 against 0.977), than 36 (run 126
+// 0.902 against 0.904), 8 / 48 / 64 slower; fixed point 36 MiB faster than 32 (run 126 1.448 against
+// 1.459 ms, 2.783 against 2.809 at 2^21), than 44 (three groups, the last of two levels: 1.505 / 2.895)
+// and 16 (1.503).
+constexpr size_t kFloatLevelGroupBytes = size_t(32) << 20, kFixedLevelGroupBytes = size_t(36) << 20;
+std::vector<LevelList> level_groups(const GridDesc& desc, const LevelList& list, size_t value_bytes,
                                     const Variant& v) {
-    const int kib = v.level_group_kib;
-    const size_t limit = kib > 0 ? static_cast<size_t>(kib) << 10 : kLevelGroupBytes;
+    size_t limit = value_bytes == sizeof(unsigned long long) ? kFixedLevelGroupBytes : kFloatLevelGroupBytes;
+    if (v.level_group_kib > 0) limit = static_cast<size_t>(v.level_group_kib) << 10;
+    const size_t entry_bytes = desc.n_features * value_bytes;
     std::vector<LevelList> groups;
     size_t bytes = 0;
     for (uint32_t i = 0; i < list.count; ++i) {
@@ -501,7 +506,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
             return false;
         };
         ScratchParts parts(stream, desc, var, acc, sizeof(float),
-                           mapping >= 2 ? level_groups(desc, plan.global, F * sizeof(float), var)
+                           mapping >= 2 ? level_groups(desc, plan.global, sizeof(float), var)
                                         : std::vector<LevelList>{},
                            !direct, accumulate, convert);
         parts.begin();
@@ -592,7 +597,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         return fused;
     };
     ScratchParts parts(stream, desc, var, acc, sizeof(unsigned long long),
-                       mapping == 3 && F > 1 ? level_groups(desc, plan.global, F * sizeof(unsigned long long), var)
+                       mapping == 3 && F > 1 ? level_groups(desc, plan.global, sizeof(unsigned long long), var)
                                              : std::vector<LevelList>{},
                        true, false, convert);
     parts.begin();

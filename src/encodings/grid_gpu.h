@@ -212,7 +212,7 @@ struct Variant {
                               // levels (-1: 3 when F > 1, else 2, or 0 for first-order Nearest /
                               // stochastic rows)
     int level_group_kib = 0;  // gradient mappings over groups of levels: accumulator KiB per group
-                              // (0: 32768)
+                              // (0: 32768 in fp32, 36864 in 64-bit fixed point)
     int level_major_grads = -1;  // gradient: 1 copies dL/dy to level-major order before the level passes
                                  // (-1, 0: each pass reads the caller's rows; measured faster, run 61)
     int overlap_shared = -1;     // gradient: the shared-memory levels on a second stream, beside the
