@@ -280,18 +280,16 @@ void poison(const Stream& stream, const Variant& v, void* acc, size_t bytes, int
         TNN_GPU_CHECK(gpu_memset_async(acc, byte, bytes, gpu::native_stream(stream)));
 }
 
-// The levels of [0, n_levels) in none of `groups`.
-LevelList levels_outside(const GridDesc& desc, const std::vector<LevelList>& groups) {
+// The levels of [0, n_levels) in none of the groups [first, last).
+LevelList levels_outside(const GridDesc& desc, const LevelList* first, const LevelList* last) {
     bool in[grid::kMaxLevels] = {};
-    for (const LevelList& g : groups)
-        for (uint32_t i = 0; i < g.count; ++i) in[g.ids[i]] = true;
+    for (const LevelList* g = first; g != last; ++g)
+        for (uint32_t i = 0; i < g->count; ++i) in[g->ids[i]] = true;
     LevelList out{};
     for (uint32_t l = 0; l < desc.n_levels; ++l)
         if (!in[l]) out.ids[out.count++] = static_cast<uint8_t>(l);
     return out;
 }
-
-LevelList all_levels(const GridDesc& desc) { return levels_outside(desc, {}); }
 
 // The values of the levels of `list` (ascending) as ranges [first, second) of the parameter vector, levels
 // that follow each other in it merged (make_levels puts them one after the other).
@@ -333,7 +331,8 @@ class ScratchParts {
         : m_stream(stream), m_desc(desc), m_acc(acc), m_value_bytes(value_bytes), m_groups(std::move(groups)),
           m_scratch(scratch), m_keep(keep), m_staged(scratch && !m_groups.empty() && staged_scratch(v)),
           m_fused(m_staged && v.fused_zeroing != 0),
-          m_rest(m_staged ? levels_outside(desc, m_groups) : all_levels(desc)), m_convert(std::move(convert)) {
+          m_rest(levels_outside(desc, m_groups.data(), m_groups.data() + (m_staged ? m_groups.size() : 0))),
+          m_convert(std::move(convert)) {
         // Test hook (Variant::poison_scratch): 0xFF makes fp32 NaN, 0x7F makes 64-bit words of about 2^63.
         if (m_scratch) poison(stream, v, acc, bytes(), value_bytes == sizeof(float) ? 0xFF : 0x7F);
     }
@@ -342,8 +341,9 @@ class ScratchParts {
         if (m_staged) g_staged_scratch_passes.fetch_add(1, std::memory_order_relaxed);
         if (m_fused) {
             // The rest and the first group: the levels outside the later groups.
-            const std::vector<LevelList> later(m_groups.begin() + 1, m_groups.end());
-            zero_levels(m_stream, m_desc, levels_outside(m_desc, later), m_acc, m_value_bytes);
+            const LevelList* later = m_groups.data() + 1;
+            zero_levels(m_stream, m_desc, levels_outside(m_desc, later, later + m_groups.size() - 1), m_acc,
+                        m_value_bytes);
             m_zeroed = true;
         } else if (m_staged) {
             zero_levels(m_stream, m_desc, m_rest, m_acc, m_value_bytes);

@@ -276,8 +276,9 @@ uint64_t staged_scratch_groups();
 // Test hook: groups of levels whose part of the scratch the previous group's conversion zeroed
 // (Variant::fused_zeroing) so far.
 uint64_t fused_zeroings();
-// Test hook: gradient passes whose scratch went in parts (Variant::staged_scratch) so far; with fused
-// zeroing every group but each pass's first is zeroed by the previous group's conversion.
+// Test hook: gradient passes whose scratch went in parts (Variant::staged_scratch) so far. With fused
+// zeroing, the deterministic conversion zeroes the next group's part when its values are one range (the
+// fast path's never does): then every group but each pass's first (fused_zeroings).
 uint64_t staged_scratch_passes();
 // Test hooks: launches of the deterministic bound pass on the caller's dL/dy rows so far (staged in
 // shared memory or as running maxima over their chunks), and of the second kind alone.
