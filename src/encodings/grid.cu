@@ -344,25 +344,25 @@ class ScratchParts {
             const LevelList* later = m_groups.data() + 1;
             zero_levels(m_stream, m_desc, levels_outside(m_desc, later, later + m_groups.size() - 1), m_acc,
                         m_value_bytes);
-            m_zeroed = true;
         } else if (m_staged) {
             zero_levels(m_stream, m_desc, m_rest, m_acc, m_value_bytes);
         } else if (m_scratch || !m_keep) {
             zero(m_stream, m_acc, bytes());
         }
     }
-    // Each group's kernel (`run(list)`) in order, its part zeroed before (unless done already) and
-    // converted after when staged.
+    // Each group's kernel (`run(list)`) in order, its part zeroed before (unless begin() or the previous
+    // group's conversion did) and converted after when staged.
     template <class Run>
     void each_group(Run&& run) {
+        bool zeroed = m_fused;  // the first group's part, by begin()
         for (size_t i = 0; i < m_groups.size(); ++i) {
             const LevelList& list = m_groups[i];
-            if (m_staged && !m_zeroed) zero_levels(m_stream, m_desc, list, m_acc, m_value_bytes);
+            if (m_staged && !zeroed) zero_levels(m_stream, m_desc, list, m_acc, m_value_bytes);
             run(list);
             if (!m_staged) continue;
             const LevelList* next = m_fused && i + 1 < m_groups.size() ? &m_groups[i + 1] : nullptr;
-            m_zeroed = m_convert(list, next) && next != nullptr;
-            if (m_zeroed) g_fused_zeroings.fetch_add(1, std::memory_order_relaxed);
+            zeroed = m_convert(list, next) && next != nullptr;
+            if (zeroed) g_fused_zeroings.fetch_add(1, std::memory_order_relaxed);
             g_staged_scratch_groups.fetch_add(1, std::memory_order_relaxed);
         }
     }
@@ -381,7 +381,6 @@ class ScratchParts {
     bool m_scratch, m_keep, m_staged, m_fused;
     LevelList m_rest;
     Convert m_convert;
-    bool m_zeroed = false;  // the next group's part is zeroed already
 };
 
 bool overlap_shared(const ReductionPlan& plan, const Variant& v) {
