@@ -852,21 +852,20 @@ int main(int argc, char** argv) {
     }
     bench_row(main_row({"backward"}), o, s, results, variant([](auto& v) { v.fused_zeroing = 0; }), "memset_parts");
     // (48 and 64 MiB were slower still in run 77: 1.170 and 1.391 ms against 0.986.)
-    for (int mib : {8, 16})
-        bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }),
-                  "level_groups_" + std::to_string(mib) + "MiB");
-    // Twenty-sixth session: groups a little over 32 MiB. The deterministic main row's 64-bit accumulators
-    // take 3.6 MB for the dense levels 0-3 and 8 MiB per hashed level (4-15), so 32 MiB makes four groups
-    // (up to level 6, 7-10, 11-14, and 15 alone: 97 us of the 1323 in run 123), 36 MiB three (up to 7,
-    // 8-11, 12-15), 44 MiB three (up to 8, 9-13, 14-15). The fast path's fp32 groups: two either way.
-    // Run 126: 36 MiB faster for the deterministic backward (1.448 against 1.459 ms at 2^20, 2.783 against
-    // 2.809 at 2^21), 0.2% slower for the fast one (0.904 against 0.902); 44 MiB slower for both. Since
-    // then the default is 36 MiB in fixed point, 32 in fp32: each row here is the other's default.
+    // Twenty-sixth session: groups a little over 32 MiB (32 / 36 / 44, at 2^21 too). The deterministic main
+    // row's 64-bit accumulators take 3.6 MB for the dense levels 0-3 and 8 MiB per hashed level (4-15), so
+    // 32 MiB makes four groups (up to level 6, 7-10, 11-14, and 15 alone: 97 us of the 1323 in run 123),
+    // 36 MiB three (up to 7, 8-11, 12-15), 44 MiB three (up to 8, 9-13, 14-15). The fast path's fp32
+    // groups: two either way. Run 126: 36 MiB faster for the deterministic backward (1.448 against 1.459 ms
+    // at 2^20, 2.783 against 2.809 at 2^21), 0.2% slower for the fast one (0.904 against 0.902); 44 MiB
+    // slower for both. Since then the default is 36 MiB in fixed point, 32 in fp32: of the 32 and 36 MiB
+    // rows, each is the other path's default.
     const Row det_2m{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << 21, {"backward_det"}};
-    for (int mib : {32, 36, 44}) {
+    for (int mib : {8, 16, 32, 36, 44}) {
         const std::string name = "level_groups_" + std::to_string(mib) + "MiB";
         bench_row(bwd, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }), name);
-        bench_row(det_2m, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }), name);
+        if (mib >= 32)
+            bench_row(det_2m, o, s, results, variant([&](auto& v) { v.level_group_kib = mib * 1024; }), name);
     }
     // Fourteenth session: L2 eviction hints in the fast gradient over groups of levels (on by default since
     // run 79): the x and dL/dy loads evict-first, with the reductions evict-last (1) or without (2).
