@@ -845,14 +845,10 @@ int main(int argc, char** argv) {
     // its last block (bound_chunks, on), against the thread per row with a warp maximum per level and the
     // exponent kernel; the scratch's parts zeroed in fewer launches (fused_zeroing, on) against a memset
     // per part; at both sizes of the issue's rows.
-    // Twenty-seventh session: the bound pass split at level 8 (bound_split, on: levels 8-15 on a second
-    // stream beside the first group, 1 block per SM) against one pass first, and 2 blocks per SM.
     for (int log2 : {20, 21}) {
         const Row det_row{"hash3d_f2_L16_T19_fp16", 3, base, DType::f16, int64_t(1) << log2, {"backward_det"}};
         bench_row(det_row, o, s, results, variant([](auto& v) { v.bound_chunks = 0; }), "det_bound_rows");
         bench_row(det_row, o, s, results, variant([](auto& v) { v.fused_zeroing = 0; }), "det_memset_parts");
-        bench_row(det_row, o, s, results, variant([](auto& v) { v.bound_split = 0; }), "det_bound_unsplit");
-        bench_row(det_row, o, s, results, variant([](auto& v) { v.bound_split = 2; }), "det_bound_split_2_per_sm");
     }
     bench_row(main_row({"backward"}), o, s, results, variant([](auto& v) { v.fused_zeroing = 0; }), "memset_parts");
     // (48 and 64 MiB were slower still in run 77: 1.170 and 1.391 ms against 0.986.)

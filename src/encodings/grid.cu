@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
-#include <optional>
 #include <vector>
 
 namespace tnn::grid_gpu {
@@ -137,7 +136,6 @@ std::atomic<uint64_t> g_fused_zeroings{0};  // next groups' parts zeroed by a co
 std::atomic<uint64_t> g_staged_scratch_passes{0};  // gradient passes with a staged scratch (test hook)
 std::atomic<uint64_t> g_staged_bound_launches{0};  // the bound pass on the caller's rows (test hook)
 std::atomic<uint64_t> g_chunk_bound_launches{0};   // ... as running maxima over their chunks (test hook)
-std::atomic<uint64_t> g_split_bound_passes{0};     // bound passes split in two (test hook)
 bool det_bulk(const Variant& v, int capability) {
     if (v.det_bulk < 0 && !gpu::is_nvidia_sm90_or_later(capability)) return false;
     return nvidia_only_switch(v.det_bulk, "det_bulk (bulk reductions from shared memory)");
@@ -199,8 +197,6 @@ gpu_stream_t side_stream(int device, gpu_stream_t caller) {
 // few blocks (0.11 ms for the main row at 2^20, run 60), beside the global levels', bound by L2. Both
 // wait for what the caller's stream queued before (the zeroed levels the side stream adds into, the
 // exponents); the caller's stream waits for both at join(). Graph capture follows the fork and the join.
-// Two forks may share the side stream (side_stream() has one per caller's stream); close() ends one's
-// work there, so that its join() waits for that work alone, not for what another fork queued after it.
 class Beside {
   public:
     Beside(const Stream& stream, const Call& c, bool on) : m_stream(stream), m_call(c) {
@@ -220,21 +216,16 @@ class Beside {
         }
     }
     const Call& call() const { return m_call; }
-    void close() {
-        if (m_forked && !m_closed) m_closed.emplace(m_side);
-    }
     void join() {
         if (!m_forked) return;
         m_forked = false;
-        if (m_closed) m_closed->wait(m_stream);
-        else gpu::stream_wait(m_stream, m_side);
+        gpu::stream_wait(m_stream, m_side);
     }
 
   private:
     Stream m_stream, m_side;
     Call m_call;
     bool m_forked = false;
-    std::optional<gpu::StreamMark> m_closed;  // the end of this fork's work on the side stream
 };
 
 // Consecutive levels of `list` in groups whose accumulators (value_bytes per value) add up to at most
@@ -298,30 +289,6 @@ LevelList levels_outside(const GridDesc& desc, const LevelList* first, const Lev
     for (uint32_t l = 0; l < desc.n_levels; ++l)
         if (!in[l]) out.ids[out.count++] = static_cast<uint8_t>(l);
     return out;
-}
-
-// The levels of `list` in [begin, end).
-LevelList levels_in(const LevelList& list, uint32_t begin, uint32_t end) {
-    LevelList out{};
-    for (uint32_t i = 0; i < list.count; ++i)
-        if (list.ids[i] >= begin && list.ids[i] < end) out.ids[out.count++] = list.ids[i];
-    return out;
-}
-
-// Where the deterministic bound pass splits in two (Variant::bound_split): at the first level of the first
-// group after the first whose values start a whole number of 16-byte chunks into the row's listed ones,
-// so that both parts read whole chunks (BoundStaging), for a first-order pass on the caller's rows that
-// takes the running maxima (Variant::bound_chunks: Linear, Nearest, stochastic). 0: no split.
-uint32_t bound_split_level(const GridDesc& desc, const LevelList& all, const std::vector<LevelList>& groups,
-                           bool second, const GradLayout& layout, const Variant& v) {
-    const bool weights = desc.interpolation == grid::Interpolation::Smoothstep && !desc.stochastic_interpolation;
-    if (v.bound_split == 0 || v.bound_chunks == 0 || second || weights || all.count == 0 ||
-        layout.level_stride != desc.n_features)
-        return 0;
-    const size_t level_bytes = desc.n_features * dtype_size(desc.dtype);
-    for (size_t i = 1; i < groups.size(); ++i)
-        if ((groups[i].ids[0] - all.ids[0]) * level_bytes % 16 == 0) return groups[i].ids[0];
-    return 0;
 }
 
 // The values of the levels of `list` (ascending) as ranges [first, second) of the parameter vector, levels
@@ -574,6 +541,26 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     const ReductionPlan plan =
         plan_reduction(desc, c.rows, n_contributing, second, words ? 3 * sizeof(uint32_t) : sizeof(unsigned long long),
                        shared_budget(stream, var), words ? kWordsMaxAdds : 0);
+    // The chunks pass (Variant::bound_chunks) computes the exponents in its last block; the other passes
+    // leave them to grid_fixed_point_exponent_kernel. Its grid: at most as many 256-thread blocks as the
+    // SMs' 2048 threads would hold (two waves at the kernel's registers on sm_90: BoundOut).
+    BoundOut bound_out;
+    bound_out.bound_bits = bound_bits;
+    bound_out.exponents = exponents;
+    bound_out.blocks_done = bound_bits + 2 * grid::kMaxLevels;
+    bound_out.n_levels = desc.n_levels;
+    bound_out.max_blocks = static_cast<uint32_t>(gpu::device_properties(stream.device().index).sm_count) *
+                           (2048 / kThreads);
+    const BoundPass bound_pass =
+        L.param_bound(c, desc.dtype, F, second, plan.all, v, v_stride, g_data, gl, bound_out, var.bound_chunks != 0);
+    if (bound_pass == BoundPass::staged_rows || bound_pass == BoundPass::chunks)
+        g_staged_bound_launches.fetch_add(1, std::memory_order_relaxed);
+    if (bound_pass == BoundPass::chunks) {
+        g_chunk_bound_launches.fetch_add(1, std::memory_order_relaxed);
+    } else {
+        grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, s>>>(bound_bits, desc.n_levels, c.rows, exponents);
+        TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
+    }
     // Integer reductions have no vector form: threads per feature (and corner) put an entry's words on
     // consecutive lanes, which leave as one request per 32-byte sector. Automatic: a thread per
     // (row, feature) over groups of levels when F > 1, per (row, level, corner, feature) when F = 1, per
@@ -581,47 +568,6 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     // level, feature) 2.010 ms, per (row, level, corner, feature) 2.221 ms, per (row, level) 2.896 ms.
     int mapping = var.det_mapping;
     if (mapping < 0) mapping = F > 1 ? 3 : one_corner ? 0 : 2;
-    std::vector<LevelList> groups;
-    if (mapping == 3 && F > 1) groups = level_groups(desc, plan.global, sizeof(unsigned long long), var);
-    // The bound pass, in two parts where it splits (bound_split_level): the second on a side stream that the
-    // caller's stream joins before the first group that needs its levels. Each part computes its levels'
-    // exponents: the chunks pass (Variant::bound_chunks) in its last block, the others leave them to
-    // grid_fixed_point_exponent_kernel. Its grid: at most as many 256-thread blocks as the SMs' 2048 threads
-    // would hold (two waves at the kernel's registers on sm_90: BoundOut); the second part's fewer, so that
-    // the first group's blocks keep the SMs.
-    const uint32_t split = bound_split_level(desc, plan.all, groups, second, gl, var);
-    const auto sm_count = static_cast<uint32_t>(gpu::device_properties(stream.device().index).sm_count);
-    const auto bound = [&](const Call& call, const LevelList& list, uint32_t begin, uint32_t end, uint32_t part,
-                           uint32_t max_blocks) {
-        BoundOut out;
-        out.bound_bits = bound_bits;
-        out.exponents = exponents;
-        out.blocks_done = bound_bits + 2 * grid::kMaxLevels + part;
-        out.exponents_begin = begin;
-        out.exponents_end = end;
-        out.max_blocks = max_blocks;
-        const BoundPass pass =
-            L.param_bound(call, desc.dtype, F, second, list, v, v_stride, g_data, gl, out, var.bound_chunks != 0);
-        if (pass == BoundPass::staged_rows || pass == BoundPass::chunks)
-            g_staged_bound_launches.fetch_add(1, std::memory_order_relaxed);
-        if (pass == BoundPass::chunks) {
-            g_chunk_bound_launches.fetch_add(1, std::memory_order_relaxed);
-        } else {
-            grid_fixed_point_exponent_kernel<<<1, grid::kMaxLevels, 0, call.stream>>>(bound_bits + begin, end - begin,
-                                                                                     c.rows, exponents + begin);
-            TNN_GPU_CHECK_LAUNCH("grid_fixed_point_exponent_kernel");
-        }
-    };
-    Beside bound_side(stream, c, split > 0);
-    if (split > 0) {
-        g_split_bound_passes.fetch_add(1, std::memory_order_relaxed);
-        bound(c, levels_in(plan.all, 0, split), 0, split, 0, sm_count * (2048 / kThreads));
-        bound(bound_side.call(), levels_in(plan.all, split, grid::kMaxLevels), split, desc.n_levels, 1,
-              sm_count * static_cast<uint32_t>(var.bound_split > 0 ? var.bound_split : 1));
-        bound_side.close();
-    } else {
-        bound(c, plan.all, 0, desc.n_levels, 0, sm_count * (2048 / kThreads));
-    }
     const int cc = gpu::device_properties(stream.device().index).capability;
     // Two values per thread where aligned; the accumulator's lines dropped once read, as the fast path's
     // scratch (drop_lines): they are dead, and written back to DRAM otherwise.
@@ -649,7 +595,10 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         });
         return fused;
     };
-    ScratchParts parts(stream, desc, var, acc, sizeof(unsigned long long), groups, true, false, convert);
+    ScratchParts parts(stream, desc, var, acc, sizeof(unsigned long long),
+                       mapping == 3 && F > 1 ? level_groups(desc, plan.global, sizeof(unsigned long long), var)
+                                             : std::vector<LevelList>{},
+                       true, false, convert);
     parts.begin();
     Beside beside(stream, c, overlap_shared(plan, var));
     L.param_grad_shared_fixed(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,
@@ -658,7 +607,6 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         // Bulk pairs: F = 2, first order, 16-byte aligned entries (16 bytes each; temporary buffers are).
         const bool bulk = F == 2 && !second && det_bulk(var, cc) && aligned(acc, 16);
         parts.each_group([&](const LevelList& list) {
-            if (split > 0 && list.ids[0] >= split) bound_side.join();  // the bound's second part
             if (L.param_grad_fixed_lane_levels(c, desc.dtype, F, second, list, v, v_stride, g_data, gl, acc, exponents,
                                                bulk))
                 g_bulk_pair_launches.fetch_add(1, std::memory_order_relaxed);
@@ -675,7 +623,6 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
                            FixedSink{acc, exponents});
     }
     beside.join();
-    bound_side.join();  // where no group did
     parts.finish();
 }
 
@@ -697,7 +644,6 @@ uint64_t fused_zeroings() { return g_fused_zeroings.load(std::memory_order_relax
 uint64_t staged_scratch_passes() { return g_staged_scratch_passes.load(std::memory_order_relaxed); }
 uint64_t staged_bound_launches() { return g_staged_bound_launches.load(std::memory_order_relaxed); }
 uint64_t chunk_bound_launches() { return g_chunk_bound_launches.load(std::memory_order_relaxed); }
-uint64_t split_bound_passes() { return g_split_bound_passes.load(std::memory_order_relaxed); }
 
 void forward(const GridDesc& g, const Stream& stream, ConstView input, View output, const void* params,
              uint32_t n_active) {

@@ -258,13 +258,6 @@ struct Variant {
                                  // 1 running maxima over the rows' 16-byte chunks (a thread per chunk position),
                                  // 0 a thread per row with a warp maximum per level (before the twenty-fifth
                                  // session); the same exponents (-1: 1)
-    int bound_split = -1;        // deterministic first-order bound pass as running maxima (bound_chunks) with
-                                 // level groups: n > 0 splits it at the first group boundary after the first
-                                 // group that falls on a 16-byte chunk of the row, the levels before on the
-                                 // caller's stream, the rest on a second stream (n blocks per SM) beside the
-                                 // first group, which waits for neither; each part computes its own
-                                 // levels' exponents; 0 one pass over every level first; the same
-                                 // exponents (-1: 1)
     int fused_zeroing = -1;      // staged scratch: 1 zeroes the first group's part with the other levels (one
                                  // memset where they meet) and each later group's part in the previous group's
                                  // conversion (deterministic gradient; one launch fewer per group); 0 a memset
@@ -291,8 +284,6 @@ uint64_t staged_scratch_passes();
 // shared memory or as running maxima over their chunks), and of the second kind alone.
 uint64_t staged_bound_launches();
 uint64_t chunk_bound_launches();
-// Test hook: deterministic gradient passes whose bound pass was split in two (Variant::bound_split) so far.
-uint64_t split_bound_passes();
 
 }  // namespace tnn::grid_gpu
 #endif  // TNN_WITH_GPU

@@ -1432,16 +1432,15 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Where a bound pass puts its results: the bits of each level's bound (atomicMax, zeroed by the caller).
-// The chunks pass also computes the exponents of the levels [exponents_begin, exponents_end) in its last
-// block when `exponents` is set (all the grid's levels, or a part's range when the pass is split in two,
-// Variant::bound_split); blocks_done: the pass's counter, zeroed by the caller. max_blocks: the chunks
+// The chunks pass also computes every level's exponent (n_levels: all the grid's levels) in its last
+// block when `exponents` is set; blocks_done: a counter zeroed by the caller. max_blocks: the chunks
 // pass's grid at most (the caller passes SMs x 2048 / 256; with the kernel's 55 registers 4 blocks of 256
-// fit an sm_90 SM, so that is two waves of equal blocks; a split's second part fewer).
+// fit an sm_90 SM, so that is two waves of equal blocks).
 struct BoundOut {
     unsigned int* bound_bits = nullptr;
     int* exponents = nullptr;
     unsigned int* blocks_done = nullptr;
-    uint32_t exponents_begin = 0, exponents_end = 0;
+    uint32_t n_levels = 0;
     uint32_t max_blocks = 0;
 };
 constexpr float kBoundPlainX = 1048576.0f;  // 2^20
@@ -1560,7 +1559,7 @@ __global__ void __launch_bounds__(kThreads)
     for (uint32_t i = threadIdx.x; i < n_levels; i += kThreads)
         if (block_max[i] != 0) atomicMax(bound_bits + st.first + i, block_max[i]);
     if (out.exponents == nullptr) return;
-    // The last block to finish turns its range's bounds into exponents (grid_fixed_point_exponent_kernel's
+    // The last block to finish turns every level's bound into its exponent (grid_fixed_point_exponent_kernel's
     // work, without its launch): the other blocks' maxima are visible to it after their fences.
     __shared__ bool last;
     __threadfence();
@@ -1569,7 +1568,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (uint32_t l = out.exponents_begin + threadIdx.x; l < out.exponents_end; l += kThreads)
+    for (uint32_t l = threadIdx.x; l < out.n_levels; l += kThreads)
         out.exponents[l] = fixed_point_exponent(__uint_as_float(atomicOr(bound_bits + l, 0u)), rows);
 }
 

@@ -299,21 +299,6 @@ std::optional<gpu_stream_capture_status_t> capture_status(gpu_stream_t stream) n
 // host synchronisation). No-op when both are the same stream.
 void stream_wait(const Stream& waiter, const Stream& producer);
 
-// The work queued on `producer` up to the mark's construction, for streams to wait for later (wait():
-// work queued on `waiter` after the call waits for it; work queued on `producer` after the mark does not
-// count). An event, destroyed with the mark: a queued wait keeps what it needs.
-class StreamMark {
-  public:
-    explicit StreamMark(const Stream& producer);
-    ~StreamMark();
-    StreamMark(const StreamMark&) = delete;
-    StreamMark& operator=(const StreamMark&) = delete;
-    void wait(const Stream& waiter) const;
-
-  private:
-    gpu_event_t m_event = nullptr;
-};
-
 }  // namespace tnn::gpu
 
 // ---- Device-side helpers: conversions between the storage types and the accumulation types.

@@ -171,23 +171,14 @@ std::optional<gpu_stream_capture_status_t> capture_status(gpu_stream_t stream) n
 
 void stream_wait(const Stream& waiter, const Stream& producer) {
     if (waiter.native() == producer.native() && waiter.device() == producer.device()) return;
-    StreamMark(producer).wait(waiter);
-}
-
-StreamMark::StreamMark(const Stream& producer) {
     DeviceGuard guard(producer.device().index);
-    TNN_GPU_CHECK(gpu_event_create_with_flags(&m_event, gpu_event_disable_timing));
-    const gpu_error_t record = gpu_event_record(m_event, native_stream(producer));
-    if (record != gpu_success) {
-        (void)gpu_event_destroy(m_event);
-        TNN_GPU_CHECK(record);
-    }
-}
-
-StreamMark::~StreamMark() { (void)gpu_event_destroy(m_event); }
-
-void StreamMark::wait(const Stream& waiter) const {
-    TNN_GPU_CHECK(gpu_stream_wait_event(native_stream(waiter), m_event, 0));
+    gpu_event_t event;
+    TNN_GPU_CHECK(gpu_event_create_with_flags(&event, gpu_event_disable_timing));
+    // The event may be destroyed right after the wait is queued: the wait keeps what it needs.
+    const gpu_error_t record = gpu_event_record(event, native_stream(producer));
+    const gpu_error_t wait = record == gpu_success ? gpu_stream_wait_event(native_stream(waiter), event, 0) : record;
+    (void)gpu_event_destroy(event);
+    TNN_GPU_CHECK(wait);
 }
 
 }  // namespace tnn::gpu

@@ -652,8 +652,7 @@ TEST(GridGpu, DeterministicBulkPairsGiveTheLanesBits) {
 // levels' positions overflow and those levels go NaN, the coarser ones stay finite: the running maxima's
 // per-level test of rows outside |x| <= 2^20); NaN in one dL/dy value of a middle row (its level NaN);
 // NaN in that x (Linear: every level NaN). One case has more rows than a pass of the chunks pass's grid.
-// The pass split in two (Variant::bound_split, with small groups) gives the same bits too. Hooks check
-// which pass ran. (The gradients depend on the bounds through the exponents only: a bound
+// Hooks check which pass ran. (The gradients depend on the bounds through the exponents only: a bound
 // off by less than its power of two would not show.)
 TEST(GridGpu, DeterministicBoundOnStagedRowsGivesTheSameBits) {
     TNN_SKIP_WITHOUT_GPU();
@@ -733,25 +732,7 @@ TEST(GridGpu, DeterministicBoundOnStagedRowsGivesTheSameBits) {
                     launches = grid_gpu::staged_bound_launches();
                     const EncodingResult level_major = run_encoding(*enc, stream, d, c.batch, mode);
                     EXPECT_EQ(grid_gpu::staged_bound_launches(), launches) << "the level-major copy is not staged";
-                    // Groups of one level (1 KiB), so that the bound pass splits (Variant::bound_split) at the
-                    // first group boundary on a chunk of the row after the first group; each part computes its
-                    // own levels' exponents. It must split the two 16-level F = 2 grids: their levels from
-                    // the sixth on are global (too large for 48 KiB of shared memory), each a group, and
-                    // some of them start on a chunk (every second level in fp32, fourth in 16 bits).
-                    grid_gpu::set_variant(variant_with([](auto& v) { v.level_group_kib = 1; }));
-                    const uint64_t splits = grid_gpu::split_bound_passes();
-                    const EncodingResult split = run_encoding(*enc, stream, d, c.batch, mode);
-                    if (n_levels == 16 && F == 2 && chunks_expected)
-                        EXPECT_GT(grid_gpu::split_bound_passes(), splits) << "the bound pass split";
-                    if (pass == 0 && mode == GradMode::overwrite) {
-                        grid_gpu::set_variant(variant_with([](auto& v) { v.level_group_kib = 1; v.bound_split = 0; }));
-                        const uint64_t splits_off = grid_gpu::split_bound_passes();
-                        (void)run_encoding(*enc, stream, d, c.batch, mode);
-                        EXPECT_EQ(grid_gpu::split_bound_passes(), splits_off) << "bound_split = 0";
-                    }
                     grid_gpu::set_variant({});
-                    expect_same_bits(to_float(split.dL_dparams), to_float(level_major.dL_dparams),
-                                     "dL/dparams, bound pass in two parts and on level-major dL/dy");
                     expect_same_bits(to_float(staged.dL_dparams), to_float(level_major.dL_dparams),
                                      "dL/dparams, bound pass on staged rows and on level-major dL/dy");
                     expect_same_bits(to_float(chunks.dL_dparams), to_float(level_major.dL_dparams),
@@ -1270,61 +1251,49 @@ void expect_replay(const std::vector<double>& got, const std::vector<double>& wa
 // The parameter gradient forks its shared-memory levels onto a second stream of the calling thread
 // (created on first use) and joins it back: a capture on a thread that never ran a grid backward before
 // must record both branches. Replays give the eager bits (deterministic), and the fast path's gradient
-// within the fp32 atomics' reordering, with and without the overlap. The deterministic gradient also with
-// groups of one level (1 KiB), whose bound pass splits in two (Variant::bound_split): its second part is a
-// third branch, joined before the first group of its levels, while the shared-memory levels' branch
-// follows it on the same side stream.
+// within the fp32 atomics' reordering, with and without the overlap.
 TEST(GridGpu, BackwardCapturedOnANewThreadReplays) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
     for (const char* name : {"hash3d_f2_deterministic", "hash3d_f2_linear"})
-        for (int overlap : {-1, 0})
-            for (int group_kib : {0, 1}) {
-                const EncodingCase& c = case_named(name);
-                const bool det = c.config.value("deterministic", false);
-                if (group_kib != 0 && !det) continue;
-                SCOPED_TRACE(msg(name, " overlap_shared ", overlap, " level_group_kib ", group_kib));
-                grid_gpu::set_variant(variant_with([&](auto& v) {
-                    v.overlap_shared = overlap;
-                    v.level_group_kib = group_kib;
-                }));
-                const uint64_t splits = grid_gpu::split_bound_passes();
-                const auto enc = create_encoding(c.n_dims, c.config, DType::f32);
-                const EncodingData data = make_data(c, *enc, DType::f32, 17);
-                std::thread worker([&] {
-                    const Device gpu = Device::gpu(0);
-                    TestStream stream(gpu);
-                    const int64_t n_params = static_cast<int64_t>(enc->n_params());
-                    const DeviceInputs in = upload_inputs(c, *enc, data, gpu);
-                    const Tensor &x = in.x, &p = in.p, &g = in.g;
-                    Tensor y(c.batch, enc->n_output_dims(), DType::f32, gpu), dp(1, n_params, DType::f32, gpu);
-                    auto step = [&] {
-                        auto ctx = enc->forward(stream, x.view(), y.view(), p.data(), false);
-                        enc->backward(stream, *ctx, x.view(), y.view(), g.view(), nullptr, dp.data(), p.data(),
-                                      GradMode::overwrite);
-                    };
-                    TestGraph graph(stream);
-                    try {
-                        step();
-                    } catch (const std::exception& e) {
-                        FAIL() << "the grid's backward must be capturable: " << e.what();
-                    }
-                    ASSERT_TRUE(graph.end());
-                    step();  // eager, after the capture
+        for (int overlap : {-1, 0}) {
+            SCOPED_TRACE(msg(name, " overlap_shared ", overlap));
+            grid_gpu::set_variant(variant_with([&](auto& v) { v.overlap_shared = overlap; }));
+            const EncodingCase& c = case_named(name);
+            const auto enc = create_encoding(c.n_dims, c.config, DType::f32);
+            const EncodingData data = make_data(c, *enc, DType::f32, 17);
+            const bool det = c.config.value("deterministic", false);
+            std::thread worker([&] {
+                const Device gpu = Device::gpu(0);
+                TestStream stream(gpu);
+                const int64_t n_params = static_cast<int64_t>(enc->n_params());
+                const DeviceInputs in = upload_inputs(c, *enc, data, gpu);
+                const Tensor &x = in.x, &p = in.p, &g = in.g;
+                Tensor y(c.batch, enc->n_output_dims(), DType::f32, gpu), dp(1, n_params, DType::f32, gpu);
+                auto step = [&] {
+                    auto ctx = enc->forward(stream, x.view(), y.view(), p.data(), false);
+                    enc->backward(stream, *ctx, x.view(), y.view(), g.view(), nullptr, dp.data(), p.data(),
+                                  GradMode::overwrite);
+                };
+                TestGraph graph(stream);
+                try {
+                    step();
+                } catch (const std::exception& e) {
+                    FAIL() << "the grid's backward must be capturable: " << e.what();
+                }
+                ASSERT_TRUE(graph.end());
+                step();  // eager, after the capture
+                stream.stream().synchronize();
+                const std::vector<double> want = download(dp);
+                for (int replay = 0; replay < 2; ++replay) {
+                    fill(stream, dp.view(), 3.0);
+                    ASSERT_TRUE(graph.launch());
                     stream.stream().synchronize();
-                    const std::vector<double> want = download(dp);
-                    for (int replay = 0; replay < 2; ++replay) {
-                        fill(stream, dp.view(), 3.0);
-                        ASSERT_TRUE(graph.launch());
-                        stream.stream().synchronize();
-                        expect_replay(download(dp), want, det, c.batch, "graph replay dL/dparams");
-                    }
-                });
-                worker.join();
-                // Its finer levels are global, each a group of its own, and every second one in fp32 starts on
-                // a 16-byte chunk of the row.
-                if (group_kib != 0) EXPECT_GT(grid_gpu::split_bound_passes(), splits) << "the bound pass split";
-            }
+                    expect_replay(download(dp), want, det, c.batch, "graph replay dL/dparams");
+                }
+            });
+            worker.join();
+        }
 }
 
 // Side streams follow the caller's stream: two captures open at once on one thread, each forking its
