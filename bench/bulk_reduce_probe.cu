@@ -25,14 +25,7 @@
 #include <string>
 #include <vector>
 
-#define CHECK(call)                                                                                     \
-    do {                                                                                                \
-        const cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess) {                                                                        \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            std::exit(2);                                                                               \
-        }                                                                                               \
-    } while (0)
+#include "probe_check.h"
 
 constexpr uint32_t kEntries = 1u << 19;  // one level of the main row
 constexpr int kThreads = 256;

@@ -21,14 +21,7 @@
 #include <string>
 #include <vector>
 
-#define CHECK(call)                                                                                     \
-    do {                                                                                                \
-        const cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess) {                                                                        \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            std::exit(2);                                                                               \
-        }                                                                                               \
-    } while (0)
+#include "probe_check.h"
 
 constexpr int64_t kRows = int64_t(1) << 22;
 constexpr int kChunksPerRow = 4;  // 16-byte chunks of a 64-byte row
