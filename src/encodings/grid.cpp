@@ -491,6 +491,15 @@ std::unique_ptr<Encoding> create_grid(const std::string& otype, uint32_t n_dims,
                  "true is not supported (tcnn uses fixed-point positions only in its JIT-fused "
                  "kernels); remove the key or set it to false");
 
+    // Cells are 32-bit signed integers (tcnn's (int)floorf(pos)) and resolutions 32-bit unsigned: a level
+    // whose scale reaches 2^31 (or overflows to inf) has no well-defined cells. Refused rather than left
+    // to a saturated or wrapped resolution, which tcnn's arithmetic gives such levels.
+    const float finest = grid::grid_scale(o.n_levels - 1, std::log2(o.per_level_scale), o.base_resolution);
+    const float coarsest = grid::grid_scale(0, std::log2(o.per_level_scale), o.base_resolution);
+    if (!(std::max(finest, coarsest) < 2147483648.0f))
+        throw ConfigError(msg(where, ": level ", finest >= coarsest ? o.n_levels - 1 : 0u, " would have scale ",
+                              std::max(finest, coarsest), "; every level's scale (base_resolution * per_level_scale^level"
+                              " - 1) must be below 2^31: lower n_levels, base_resolution or per_level_scale"));
     uint64_t total_entries = 0;
     std::vector<GridLevel> levels = make_levels(o, &total_entries);
     const uint64_t n_params = total_entries * o.n_features_per_level;

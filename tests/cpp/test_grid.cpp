@@ -604,6 +604,12 @@ TEST(Grid, BadConfigs) {
         {{{"otype", "HashGrid"}, {"fixed_point_pos", true}}, {"fixed_point_pos", "not supported"}},
         {{{"otype", "HashGrid"}, {"interpolation", 1}}, {"interpolation", "string"}},
         {{{"otype", "DenseGrid"}, {"n_levels", 8}, {"base_resolution", 512}, {"per_level_scale", 2.0}}, {"2^32"}},
+        // Level scales of 2^31 and more: cells and resolutions would leave 32 bits (level 27 of the defaults is
+        // 16 * 2^27 - 1, which rounds to 2^31 in fp32); inf past fp32's range.
+        {{{"otype", "HashGrid"}, {"n_levels", 28}}, {"level 27", "2^31", "n_levels", "per_level_scale"}},
+        {{{"otype", "HashGrid"}, {"n_levels", 2}, {"per_level_scale", 1e30}}, {"level 1", "1.6e+31", "2^31"}},
+        {{{"otype", "HashGrid"}, {"n_levels", 3}, {"per_level_scale", 1e30}}, {"level 2", "inf", "2^31"}},
+        {{{"otype", "HashGrid"}, {"base_resolution", 2147483647}, {"per_level_scale", 0.5}}, {"level 0", "2^31"}},
     };
     for (const auto& [cfg, words] : cases) {
         SCOPED_TRACE(cfg.dump());
@@ -615,6 +621,8 @@ TEST(Grid, BadConfigs) {
             for (const auto& s : words) EXPECT_NE(what.find(s), std::string::npos) << what << " lacks '" << s << "'";
         }
     }
+    // The finest level below 2^31: 16 * 2^26 - 1.
+    EXPECT_NO_THROW(create_encoding(3, {{"otype", "HashGrid"}, {"n_levels", 27}}));
     EXPECT_THROW(create_encoding(8, {{"otype", "HashGrid"}}), ConfigError);  // 1 to 7 input dims
     try {
         create_encoding(8, {{"otype", "HashGrid"}});
