@@ -406,7 +406,7 @@ GradLayout rows_or_level_major(const GridDesc& desc, const Call& c, const Stream
     const auto k = static_cast<uint32_t>(entry / word);
     // Levels per launch: as many as kLevelMajorRows staged rows of them fit the default shared memory.
     const auto group = static_cast<uint32_t>((kSharedBytes / (kLevelMajorRows * word) - 1) / k);
-    const auto blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kLevelMajorRows));
+    const uint32_t blocks = row_blocks("grid_level_major_kernel", c.rows, kLevelMajorRows, 1, kThreads).total;
     auto launch = [&](auto w) {
         using W = decltype(w);
         for (uint32_t level0 = 0; level0 < n_contributing; level0 += group) {

@@ -21,7 +21,11 @@
 #include "gpu/gpu.h"
 
 #include <string.h>
+
+#include <mutex>
+#include <set>
 #include <type_traits>
+#include <utility>
 
 namespace tnn::grid_gpu {
 
@@ -1920,6 +1924,25 @@ template <typename FN> void dispatch_storage(DType dtype, uint32_t n_features, F
     });
 }
 
+// Lets `kernel` launch with the current device's whole opt-in shared memory per block (less its static
+// shared memory), once per kernel and device. The limit is an attribute of the kernel, not of a launch:
+// setting each call's own size would race with another thread launching the kernel with a larger one.
+template <typename K> void opt_in_shared_memory(K* kernel) {
+    static std::mutex mutex;
+    static std::set<std::pair<const void*, int>> done;
+    int device = 0;
+    TNN_GPU_CHECK(gpu_get_device(&device));
+    const std::pair<const void*, int> key(reinterpret_cast<const void*>(kernel), device);
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (done.count(key) != 0) return;
+    gpu_func_attributes_t a;
+    TNN_GPU_CHECK(gpu_func_get_attributes(&a, kernel));
+    const size_t optin = gpu::device_properties(device).smem_per_block_optin;
+    const int bytes = static_cast<int>(optin > a.sharedSizeBytes ? optin - a.sharedSizeBytes : 0);
+    TNN_GPU_CHECK(gpu_func_set_attribute(kernel, gpu_func_attribute_max_dynamic_shared_memory_size, bytes));
+    done.insert(key);  // after success: a failed attempt is tried again by the next call
+}
+
 template <uint32_t D, typename SINK>
 void launch_param_grad(const Call& c, DType dtype, uint32_t n_features, bool second, const LevelList& list,
                        const float* v, int64_t v_stride, const void* g, GradLayout g_layout, const SINK& sink) {
@@ -1927,12 +1950,12 @@ void launch_param_grad(const Call& c, DType dtype, uint32_t n_features, bool sec
     dispatch_storage(dtype, n_features, [&](auto t, auto f) {
         using T = decltype(t);
         constexpr uint32_t F = decltype(f)::value;
-        const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads));
+        const RowBlocks b = row_blocks("grid_param_grad_kernel", c.rows, kThreads, list.count, kThreads);
         const T* gt = static_cast<const T*>(g);
         dispatch_bool(second, [&](auto sec) {
             constexpr bool SECOND = decltype(sec)::value;
-            grid_param_grad_kernel<T, D, F, SECOND, SINK><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                    *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, sink);
+            grid_param_grad_kernel<T, D, F, SECOND, SINK><<<dim3(b.total), kThreads, 0, c.stream>>>(
+                    *c.args, list, b.per_copy, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, sink);
         });
         TNN_GPU_CHECK_LAUNCH("grid_param_grad_kernel");
     });
@@ -1956,12 +1979,12 @@ void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, c
         if constexpr (std::is_same_v<ACC, unsigned long long>)
             if (words) kernel = grid_param_grad_shared_words_kernel<T, D, F>;  // rows capped by plan_reduction
 #endif  // TNN_WITH_CUDA
-        if (shared_bytes > kSharedBytes)  // past the default limit: opt in (grid.cu keeps it within the device's)
-            TNN_GPU_CHECK(gpu_func_set_attribute(kernel, gpu_func_attribute_max_dynamic_shared_memory_size,
-                                                 static_cast<int>(shared_bytes)));
-        kernel<<<dim3(items.count * blocks_per_item), kThreads, shared_bytes, c.stream>>>(
-                *c.args, items, blocks_per_item, rows_per_block, c.rows, c.x, c.x_stride, static_cast<const T*>(g),
-                g_layout, acc, exponents);
+        const char* name = words ? "grid_param_grad_shared_words_kernel" : "grid_param_grad_shared_kernel";
+        const RowBlocks b = row_blocks(name, c.rows, rows_per_block, items.count, kThreads);  // per_copy: the plan's
+        if (shared_bytes > kSharedBytes) opt_in_shared_memory(kernel);  // grid.cu keeps it within the device's
+        kernel<<<dim3(b.total), kThreads, shared_bytes, c.stream>>>(*c.args, items, blocks_per_item, rows_per_block,
+                                                                    c.rows, c.x, c.x_stride, static_cast<const T*>(g),
+                                                                    g_layout, acc, exponents);
         if (words)
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_shared_words_kernel");
         else
@@ -1977,8 +2000,8 @@ template <uint32_t D> Launchers make_launchers() {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
             const uint32_t rows_per_block = threads / c.args->n_levels > 0 ? threads / c.args->n_levels : 1;
-            const dim3 grid(static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, rows_per_block)));
             const unsigned block = rows_per_block * c.args->n_levels;
+            const dim3 grid(row_blocks("grid_forward_kernel", c.rows, rows_per_block, 1, block).total);
             const T* p = static_cast<const T*>(params);
             T* out = static_cast<T*>(y);
             const size_t table = c.args->n_levels * sizeof(LevelInfo);
@@ -2004,12 +2027,12 @@ template <uint32_t D> Launchers make_launchers() {
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
-            const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads / F));
+            const RowBlocks b = row_blocks("grid_param_grad_lanes_kernel", c.rows, kThreads / F, list.count, kThreads);
             const T* gt = static_cast<const T*>(g);
             dispatch_bool(second, [&](auto sec) {
                 constexpr bool SECOND = decltype(sec)::value;
-                grid_param_grad_lanes_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
+                grid_param_grad_lanes_kernel<T, D, F, SECOND><<<dim3(b.total), kThreads, 0, c.stream>>>(
+                        *c.args, list, b.per_copy, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_lanes_kernel");
         });
@@ -2023,7 +2046,7 @@ template <uint32_t D> Launchers make_launchers() {
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
-            const auto blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kThreads / F));
+            const uint32_t blocks = row_blocks("grid_param_grad_lanes_levels_kernel", c.rows, kThreads / F, 1, kThreads).total;
             const T* gt = static_cast<const T*>(g);
             // Bulk pairs: CUDA, F = 2, first order (grid.cu refuses Variant::det_bulk = 1 on AMD GPUs).
 #if defined(TNN_WITH_CUDA)
@@ -2053,12 +2076,13 @@ template <uint32_t D> Launchers make_launchers() {
             if constexpr ((1u << D) * F <= kThreads) {
                 launched = true;
                 if (list.count == 0) return;
-                const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads / ((1u << D) * F)));
+                const RowBlocks b = row_blocks("grid_param_grad_corner_fixed_kernel", c.rows, kThreads / ((1u << D) * F),
+                                               list.count, kThreads);
                 const T* gt = static_cast<const T*>(g);
                 dispatch_bool(second, [&](auto sec) {
                     constexpr bool SECOND = decltype(sec)::value;
-                    grid_param_grad_corner_fixed_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                            *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
+                    grid_param_grad_corner_fixed_kernel<T, D, F, SECOND><<<dim3(b.total), kThreads, 0, c.stream>>>(
+                            *c.args, list, b.per_copy, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, acc, exponents);
                 });
                 TNN_GPU_CHECK_LAUNCH("grid_param_grad_corner_fixed_kernel");
             }
@@ -2072,12 +2096,12 @@ template <uint32_t D> Launchers make_launchers() {
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
-            const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads >> D));
+            const RowBlocks b = row_blocks("grid_param_grad_corner_kernel", c.rows, kThreads >> D, list.count, kThreads);
             const T* gt = static_cast<const T*>(g);
             dispatch_bool(second, [&](auto sec) {
                 constexpr bool SECOND = decltype(sec)::value;
-                grid_param_grad_corner_kernel<T, D, F, SECOND><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, sink);
+                grid_param_grad_corner_kernel<T, D, F, SECOND><<<dim3(b.total), kThreads, 0, c.stream>>>(
+                        *c.args, list, b.per_copy, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, sink);
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_corner_kernel");
         });
@@ -2089,7 +2113,7 @@ template <uint32_t D> Launchers make_launchers() {
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
-            const auto blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kThreads >> D));
+            const uint32_t blocks = row_blocks("grid_param_grad_corner_levels_kernel", c.rows, kThreads >> D, 1, kThreads).total;
             const T* gt = static_cast<const T*>(g);
             dispatch_bool(second, [&](auto sec) {
                 constexpr bool SECOND = decltype(sec)::value;
@@ -2113,10 +2137,10 @@ template <uint32_t D> Launchers make_launchers() {
             constexpr uint32_t F = decltype(f)::value;
             const auto kernel = grid_param_grad_shared_split_kernel<T, D, F>;
             const size_t bytes = shared_bytes + kSplitSharedExtra;  // grid.cu plans the slots within budget - extra
-            if (bytes > kSharedBytes)
-                TNN_GPU_CHECK(gpu_func_set_attribute(kernel, gpu_func_attribute_max_dynamic_shared_memory_size,
-                                                     static_cast<int>(bytes)));
-            kernel<<<dim3(items.count * bpi), kThreads, bytes, c.stream>>>(
+            const RowBlocks b = row_blocks("grid_param_grad_shared_split_kernel", c.rows, rows_per_block, items.count,
+                                           kThreads);  // per_copy: the plan's bpi
+            if (bytes > kSharedBytes) opt_in_shared_memory(kernel);
+            kernel<<<dim3(b.total), kThreads, bytes, c.stream>>>(
                     *c.args, items, bpi, rows_per_block, c.rows, c.x, c.x_stride, static_cast<const T*>(g), g_layout,
                     acc);
             TNN_GPU_CHECK_LAUNCH("grid_param_grad_shared_split_kernel");
@@ -2137,12 +2161,12 @@ template <uint32_t D> Launchers make_launchers() {
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
-            const uint32_t bpl = static_cast<uint32_t>(gpu::ceil_div<int64_t>(c.rows, kThreads));
             const T* gt = static_cast<const T*>(g);
             if (second) {
                 pass = BoundPass::second;
-                grid_param_bound_second_kernel<T, D, F><<<dim3(bpl * list.count), kThreads, 0, c.stream>>>(
-                        *c.args, list, bpl, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, bound_bits);
+                const RowBlocks b = row_blocks("grid_param_bound_second_kernel", c.rows, kThreads, list.count, kThreads);
+                grid_param_bound_second_kernel<T, D, F><<<dim3(b.total), kThreads, 0, c.stream>>>(
+                        *c.args, list, b.per_copy, c.rows, c.x, c.x_stride, v, v_stride, gt, g_layout, bound_bits);
                 TNN_GPU_CHECK_LAUNCH("grid_param_bound_second_kernel");
                 return;
             }
@@ -2160,9 +2184,10 @@ template <uint32_t D> Launchers make_launchers() {
                 return;
             }
             pass = st.words != 0 ? BoundPass::staged_rows : BoundPass::rows;
+            const uint32_t blocks = row_blocks("grid_param_bound_rows_kernel", c.rows, kThreads, 1, kThreads).total;
             dispatch_bool(st.words != 0, [&](auto staged) {
                 grid_param_bound_rows_kernel<T, D, F, decltype(staged)::value>
-                    <<<dim3(bpl), kThreads, bound_staging_bytes(st), c.stream>>>(*c.args, list, c.rows, c.x,
+                    <<<dim3(blocks), kThreads, bound_staging_bytes(st), c.stream>>>(*c.args, list, c.rows, c.x,
                                                                                  c.x_stride, gt, g_layout, st,
                                                                                  bound_bits);
             });
@@ -2175,10 +2200,10 @@ template <uint32_t D> Launchers make_launchers() {
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
-            grid_input_grad_kernel<T, D, F><<<dim3(static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kThreads))),
-                                              kThreads, 0, c.stream>>>(*c.args, c.rows, c.x, c.x_stride,
-                                                                       static_cast<const T*>(g), g_stride,
-                                                                       static_cast<const T*>(params), dx, dx_stride);
+            const uint32_t blocks = row_blocks("grid_input_grad_kernel", c.rows, kThreads, 1, kThreads).total;
+            grid_input_grad_kernel<T, D, F><<<dim3(blocks), kThreads, 0, c.stream>>>(
+                    *c.args, c.rows, c.x, c.x_stride, static_cast<const T*>(g), g_stride, static_cast<const T*>(params),
+                    dx, dx_stride);
             TNN_GPU_CHECK_LAUNCH("grid_input_grad_kernel");
         });
     };
@@ -2188,8 +2213,8 @@ template <uint32_t D> Launchers make_launchers() {
         dispatch_storage(dtype, n_features, [&](auto t, auto f) {
             using T = decltype(t);
             constexpr uint32_t F = decltype(f)::value;
-            grid_second_order_rows_kernel<T, D, F>
-                <<<dim3(static_cast<unsigned>(gpu::ceil_div<int64_t>(c.rows, kThreads))), kThreads, 0, c.stream>>>(
+            const uint32_t blocks = row_blocks("grid_second_order_rows_kernel", c.rows, kThreads, 1, kThreads).total;
+            grid_second_order_rows_kernel<T, D, F><<<dim3(blocks), kThreads, 0, c.stream>>>(
                     *c.args, c.rows, c.x, c.x_stride, v, v_stride, static_cast<const T*>(g), g_stride,
                     static_cast<const T*>(params), static_cast<T*>(dgrad), dgrad_stride, dx, dx_stride);
             TNN_GPU_CHECK_LAUNCH("grid_second_order_rows_kernel");

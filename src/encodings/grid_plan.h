@@ -37,6 +37,37 @@ struct SharedItems {
 
 constexpr uint32_t kThreads = 256;  // threads per block of every kernel but the forward's (see Variant)
 
+// What one launch can address: 2^31 - 1 blocks on NVIDIA GPUs (gridDim.x); on AMD GPUs HIP counts a grid
+// dimension's work-items (blocks x threads) in 32 bits, so fewer than 2^32 of them.
+constexpr uint64_t max_launch_blocks(bool amd, uint32_t threads) {
+    return amd ? uint64_t(0xFFFFFFFFu) / threads : uint64_t(0x7FFFFFFFu);
+}
+#if defined(TNN_WITH_HIP)
+constexpr bool kAmdLaunches = true;
+#else
+constexpr bool kAmdLaunches = false;
+#endif  // TNN_WITH_HIP
+
+// The blocks of a one-dimensional launch over `rows` rows, rows_per_block of them per block, repeated for
+// `copies` (>= 1) levels or shared-memory items (a run of blocks each): `per_copy` blocks per run, `total`
+// in all. A batch past what one launch can address is refused with an error naming the kernel and the
+// largest batch it takes, instead of a block count that wraps (and silently skips levels) or a launch
+// that fails with the runtime's bare message.
+struct RowBlocks {
+    uint32_t per_copy, total;
+};
+inline RowBlocks row_blocks(const char* kernel, int64_t rows, int64_t rows_per_block, uint32_t copies,
+                            uint32_t threads, bool amd = kAmdLaunches) {
+    const uint64_t per_copy = static_cast<uint64_t>(gpu::ceil_div<int64_t>(rows, rows_per_block));
+    const uint64_t limit = max_launch_blocks(amd, threads);
+    if (per_copy > limit / copies)
+        throw UnsupportedError(msg("grid encoding (GPU): a batch of ", rows, " rows needs more blocks of ", threads,
+                                   " threads for ", kernel, " than one launch on this GPU takes (", limit,
+                                   "); it takes at most ", limit / copies * static_cast<uint64_t>(rows_per_block),
+                                   " rows: split the batch"));
+    return {static_cast<uint32_t>(per_copy), static_cast<uint32_t>(per_copy * copies)};
+}
+
 // The most contributions one shared-memory slot of the deterministic gradient's 32-bit words
 // (WordsSink in grid_kernels_gpu.h) may take per block: their two low sums stay exact below 2^32.
 constexpr int64_t kWordsMaxAdds = int64_t(1) << 16;

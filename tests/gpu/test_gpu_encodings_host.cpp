@@ -234,6 +234,40 @@ TEST(GridGpuPlan, ItemsCoverEachLevelOnceWithinTheBudgetAndTheWordsCap) {
     // The second-order pass has no shared-memory items.
     EXPECT_EQ(grid_gpu::plan_reduction(tiled, 20000, 3, true, 12, 48 << 10, grid_gpu::kWordsMaxAdds).shared.count, 0u);
 }
+
+// Launch shapes at huge batches: a launch that one grid cannot address is refused with the largest batch it
+// takes, never wrapped. The deterministic corner kernel of a 7-D F = 1 grid runs 2 rows per block and level;
+// with 32 levels 2^28 + 2 rows made bpl * levels wrap to 32 blocks in 32 bits (levels 1-31 got nothing).
+TEST(GridGpuPlan, LaunchesPastTheGridLimitAreRefusedNotWrapped) {
+    const uint64_t nvidia = grid_gpu::max_launch_blocks(false, 256), amd = grid_gpu::max_launch_blocks(true, 256);
+    EXPECT_EQ(nvidia, 0x7FFFFFFFu);
+    EXPECT_EQ(amd * 256, 0xFFFFFF00u);  // blocks x threads below 2^32
+    // The largest batch that fits: (2^31 - 1) / 32 runs of blocks, 2 rows per block.
+    const int64_t most = int64_t(nvidia / 32) * 2;
+    const grid_gpu::RowBlocks fits = grid_gpu::row_blocks("k", most, 2, 32, 256, false);
+    EXPECT_EQ(fits.per_copy, uint32_t(most / 2));
+    EXPECT_EQ(uint64_t(fits.total), uint64_t(most / 2) * 32);
+    for (int64_t rows : {most + 1, (int64_t(1) << 28) + 2, int64_t(1) << 40}) {
+        SCOPED_TRACE(rows);
+        try {
+            grid_gpu::row_blocks("grid_param_grad_corner_fixed_kernel", rows, 2, 32, 256, false);
+            ADD_FAILURE() << "no UnsupportedError";
+        } catch (const UnsupportedError& e) {
+            const std::string what = e.what();
+            for (const std::string s : {std::string("grid_param_grad_corner_fixed_kernel"), msg(rows, " rows"),
+                                        msg("at most ", most, " rows"), std::string("split the batch")})
+                EXPECT_NE(what.find(s), std::string::npos) << what << " lacks '" << s << "'";
+        }
+    }
+    // AMD: the work-items count. 16 levels of 32 rows per block: 2^25 rows are 2^24 blocks, one too many.
+    EXPECT_THROW(grid_gpu::row_blocks("k", int64_t(1) << 25, 32, 16, 256, true), UnsupportedError);
+    EXPECT_EQ(grid_gpu::row_blocks("k", (int64_t(1) << 25) - 32, 32, 16, 256, true).total, amd - amd % 16);
+    EXPECT_NO_THROW(grid_gpu::row_blocks("k", int64_t(1) << 25, 32, 16, 256, false));
+    // Partial blocks round up; one copy is the plain row grid.
+    EXPECT_EQ(grid_gpu::row_blocks("k", 1, 256, 1, 256).total, 1u);
+    EXPECT_EQ(grid_gpu::row_blocks("k", 257, 256, 3, 256).per_copy, 2u);
+    EXPECT_EQ(grid_gpu::row_blocks("k", 257, 256, 3, 256).total, 6u);
+}
 #endif  // TNN_WITH_GPU
 
 }  // namespace
