@@ -34,6 +34,17 @@ void check_view(const Who& who, const char* arg, ConstView v, int64_t rows, int6
         throw DTypeError(msg(who, ": ", arg, " must be ", dtype_name(dtype), ", got ", dtype_name(v.dtype)));
 }
 
+// dL_dparams, where given, is memory of the input's device: a host pointer or another GPU's memory would
+// fault inside a kernel, and a fault ends every model of the process.
+void check_param_gradient(const Who& who, const void* dL_dparams, size_t n_params, Device dev) {
+#ifdef TNN_WITH_GPU
+    if (dev.is_gpu() && dL_dparams && n_params > 0 && !gpu_bridge::is_device_pointer(dL_dparams, dev.index))
+        throw DeviceError(msg(who, ": dL_dparams is not memory of ", dev.str()));
+#else
+    (void)who, (void)dL_dparams, (void)n_params, (void)dev;
+#endif  // TNN_WITH_GPU
+}
+
 }  // namespace
 
 void Module::check_io(const char* method, const Stream& stream, ConstView input, const ConstView* output,
@@ -97,6 +108,7 @@ void Module::backward(const Stream& stream, const Context& ctx, ConstView input,
     const Who who{*this, "backward"};
     check_view(who, "dL_doutput", dL_doutput, input.rows, m_n_output_dims, m_output_dtype, input.device);
     if (dL_dinput) check_view(who, "dL_dinput", *dL_dinput, input.rows, m_n_input_dims, input.dtype, input.device);
+    check_param_gradient(who, dL_dparams, m_n_params, input.device);
     if (input.rows == 0) {
         zero_params_gradient(stream, input.device, dL_dparams, mode);
         return;
@@ -117,6 +129,7 @@ void Module::backward_backward_input(const Stream& stream, const Context& ctx, C
     if (dL_ddLdoutput)
         check_view(who, "dL_ddLdoutput", *dL_ddLdoutput, input.rows, m_n_output_dims, m_output_dtype, input.device);
     if (dL_dinput) check_view(who, "dL_dinput", *dL_dinput, input.rows, m_n_input_dims, input.dtype, input.device);
+    check_param_gradient(who, dL_dparams, m_n_params, input.device);
     if (input.rows == 0) {
         zero_params_gradient(stream, input.device, dL_dparams, mode);
         return;

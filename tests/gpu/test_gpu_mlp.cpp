@@ -346,6 +346,33 @@ TEST_F(PortableMlpGpuErrors, HostParamsAreRefused) {
     EXPECT_THROW(net->inference(stream, x.view(), y.view(), host_params.data()), DeviceError);
 }
 
+// A host gradient buffer would fault inside the kernels (ending every model of the process): refused up
+// front by every backward, with rows or without (the empty batch zeroes dL/dparams), and by a grid's.
+TEST_F(PortableMlpGpuErrors, HostParamGradientIsRefused) {
+    std::vector<float> host_grad(net->n_params(), 7.0f);
+    auto ctx = net->forward(stream, x.view(), y.view(), params.data(), false);
+    for (int64_t rows : {int64_t(10), int64_t(0)}) {
+        SCOPED_TRACE(rows);
+        const ConstView xs = x.view().rows_slice(0, rows), ys = y.view().rows_slice(0, rows);
+        try {
+            net->backward(stream, *ctx, xs, ys, ys, nullptr, host_grad.data(), params.data(), GradMode::overwrite);
+            ADD_FAILURE() << "no DeviceError";
+        } catch (const DeviceError& e) {
+            EXPECT_NE(std::string(e.what()).find("dL_dparams is not memory of"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_EQ(host_grad, std::vector<float>(net->n_params(), 7.0f)) << "nothing written";
+    const auto grid = create_encoding(3, {{"otype", "HashGrid"}, {"n_levels", 2}, {"log2_hashmap_size", 8}}, DType::f32);
+    Tensor gp(1, static_cast<int64_t>(grid->n_params()), DType::f32, gpu), gy(10, grid->n_output_dims(), DType::f32, gpu);
+    fill(stream, gp.view(), 0.01);
+    auto gctx = grid->forward(stream, x.view(), gy.view(), gp.data(), false);
+    std::vector<float> grid_grad(grid->n_params(), 7.0f);
+    EXPECT_THROW(grid->backward(stream, *gctx, x.view(), gy.view(), gy.view(), nullptr, grid_grad.data(), gp.data(),
+                                GradMode::overwrite),
+                 DeviceError);
+    stream.synchronize();
+}
+
 TEST_F(PortableMlpGpuErrors, HostMemoryLabelledGpuIsRefused) {
     Tensor host(10, 3, DType::f32);
     View lie = host.view();
