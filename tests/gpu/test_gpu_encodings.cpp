@@ -1296,6 +1296,52 @@ TEST(GridGpu, BackwardCapturedOnANewThreadReplays) {
         }
 }
 
+// Two threads, two Tiled grids whose shared-memory levels opt in to different sizes past 48 KiB (the
+// split fixed-point slots, 96 KiB budget: both features of a 16^3 level, 65552 bytes; one feature of a
+// 20^3 level, 64016 bytes). The opt-in is an attribute of the kernel: when each call set its own size, one
+// thread's smaller size could land between the other's setting and its launch, which then failed. Every
+// call must succeed and give the thread's first gradient (fp32 atomics: within their reordering).
+TEST(GridGpu, SharedMemoryOptInFromTwoThreads) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    grid_gpu::set_variant({});
+    const std::vector<EncodingCase> cases = {
+        grid_case("tiled3d_b16", 3, grid_config("TiledGrid", {{"n_levels", 2}, {"base_resolution", 16},
+                                                              {"per_level_scale", 1.0}}), 20000),
+        grid_case("tiled3d_b20", 3, grid_config("TiledGrid", {{"n_levels", 2}, {"base_resolution", 20},
+                                                              {"per_level_scale", 1.0}}), 20000)};
+    std::vector<std::thread> workers;
+    std::vector<std::string> errors(cases.size());
+    for (size_t t = 0; t < cases.size(); ++t)
+        workers.emplace_back([&, t] {
+            const EncodingCase& c = cases[t];
+            const auto enc = create_encoding(c.n_dims, c.config, DType::f32);
+            const EncodingData data = make_data(c, *enc, DType::f32, 41 + t);
+            const Device gpu = Device::gpu(0);
+            TestStream stream(gpu);
+            const DeviceInputs in = upload_inputs(c, *enc, data, gpu);
+            Tensor y(c.batch, enc->n_output_dims(), DType::f32, gpu);
+            Tensor dp(1, static_cast<int64_t>(enc->n_params()), DType::f32, gpu);
+            std::vector<double> first;
+            try {
+                for (int i = 0; i < 60; ++i) {
+                    auto ctx = enc->forward(stream, in.x.view(), y.view(), in.p.data(), false);
+                    enc->backward(stream, *ctx, in.x.view(), y.view(), in.g.view(), nullptr, dp.data(), in.p.data(),
+                                  GradMode::overwrite);
+                    if (i == 0 || i == 59) {
+                        stream.stream().synchronize();
+                        if (i == 0) first = download(dp);
+                        else expect_replay(download(dp), first, false, c.batch, msg(c.name, " dL/dparams, call 60"));
+                    }
+                }
+            } catch (const std::exception& e) {
+                errors[t] = e.what();
+            }
+        });
+    for (auto& w : workers) w.join();
+    for (size_t t = 0; t < cases.size(); ++t) EXPECT_EQ(errors[t], "") << cases[t].name;
+}
+
 // Side streams follow the caller's stream: two captures open at once on one thread, each forking its
 // shared-memory levels, and while they are open eager backwards on more streams than a thread keeps side
 // streams for (kSideStreams = 8 in grid.cu), so that the least recently used are replaced, never one
