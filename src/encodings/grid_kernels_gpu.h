@@ -1980,7 +1980,8 @@ void launch_param_grad_shared(const Call& c, DType dtype, uint32_t n_features, c
             if (words) kernel = grid_param_grad_shared_words_kernel<T, D, F>;  // rows capped by plan_reduction
 #endif  // TNN_WITH_CUDA
         const char* name = words ? "grid_param_grad_shared_words_kernel" : "grid_param_grad_shared_kernel";
-        const RowBlocks b = row_blocks(name, c.rows, rows_per_block, items.count, kThreads);  // per_copy: the plan's
+        // b.per_copy = the plan's blocks_per_item (the same ceil(rows / rows_per_block)), checked here.
+        const RowBlocks b = row_blocks(name, c.rows, rows_per_block, items.count, kThreads);
         if (shared_bytes > kSharedBytes) opt_in_shared_memory(kernel);  // grid.cu keeps it within the device's
         kernel<<<dim3(b.total), kThreads, shared_bytes, c.stream>>>(*c.args, items, blocks_per_item, rows_per_block,
                                                                     c.rows, c.x, c.x_stride, static_cast<const T*>(g),
@@ -2138,7 +2139,7 @@ template <uint32_t D> Launchers make_launchers() {
             const auto kernel = grid_param_grad_shared_split_kernel<T, D, F>;
             const size_t bytes = shared_bytes + kSplitSharedExtra;  // grid.cu plans the slots within budget - extra
             const RowBlocks b = row_blocks("grid_param_grad_shared_split_kernel", c.rows, rows_per_block, items.count,
-                                           kThreads);  // per_copy: the plan's bpi
+                                           kThreads);  // b.per_copy = bpi, as above
             if (bytes > kSharedBytes) opt_in_shared_memory(kernel);
             kernel<<<dim3(b.total), kThreads, bytes, c.stream>>>(
                     *c.args, items, bpi, rows_per_block, c.rows, c.x, c.x_stride, static_cast<const T*>(g), g_layout,
@@ -2187,9 +2188,8 @@ template <uint32_t D> Launchers make_launchers() {
             const uint32_t blocks = row_blocks("grid_param_bound_rows_kernel", c.rows, kThreads, 1, kThreads).total;
             dispatch_bool(st.words != 0, [&](auto staged) {
                 grid_param_bound_rows_kernel<T, D, F, decltype(staged)::value>
-                    <<<dim3(blocks), kThreads, bound_staging_bytes(st), c.stream>>>(*c.args, list, c.rows, c.x,
-                                                                                 c.x_stride, gt, g_layout, st,
-                                                                                 bound_bits);
+                    <<<dim3(blocks), kThreads, bound_staging_bytes(st), c.stream>>>(
+                        *c.args, list, c.rows, c.x, c.x_stride, gt, g_layout, st, bound_bits);
             });
             TNN_GPU_CHECK_LAUNCH("grid_param_bound_rows_kernel");
         });
