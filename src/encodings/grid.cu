@@ -280,13 +280,14 @@ void poison(const Stream& stream, const Variant& v, void* acc, size_t bytes, int
         TNN_GPU_CHECK(gpu_memset_async(acc, byte, bytes, gpu::native_stream(stream)));
 }
 
-// The levels of [0, n_levels) in none of the groups [first, last).
-LevelList levels_outside(const GridDesc& desc, const LevelList* first, const LevelList* last) {
+// The levels of [0, below) (all of them by default) in none of the groups [first, last).
+LevelList levels_outside(const GridDesc& desc, const LevelList* first, const LevelList* last,
+                         uint32_t below = grid::kMaxLevels) {
     bool in[grid::kMaxLevels] = {};
     for (const LevelList* g = first; g != last; ++g)
         for (uint32_t i = 0; i < g->count; ++i) in[g->ids[i]] = true;
     LevelList out{};
-    for (uint32_t l = 0; l < desc.n_levels; ++l)
+    for (uint32_t l = 0; l < std::min(desc.n_levels, below); ++l)
         if (!in[l]) out.ids[out.count++] = static_cast<uint8_t>(l);
     return out;
 }
@@ -319,7 +320,10 @@ void zero_levels(const Stream& stream, const GridDesc& desc, const LevelList& li
 // Variant::fused_zeroing, fewer launches, the same order of what each part receives: the first group's
 // part is zeroed at begin() with the rest (one memset where their ranges meet), and a group's conversion
 // may zero the next group's part in its own launch. `scratch` = false: the accumulator is the caller's
-// fp32 gradient itself, zeroed unless `keep` (accumulate mode), never converted nor staged.
+// fp32 gradient itself, zeroed unless `keep` (accumulate mode), never converted nor staged. Levels from
+// `convert_below` on are never converted: in accumulate mode the levels that get nothing (switched off by
+// set_max_level, or every level of a second-order Nearest pass) keep the caller's values bit for bit, as
+// on the CPU, rather than going through `dst + 0` (-0 would become +0, a NaN's payload be lost).
 // Convert: bool(const LevelList& list, const LevelList* next) converts the levels of `list` and, when it
 // returns true, has zeroed the levels of `next` as well (else the next group's part is zeroed on its own).
 // The caller's lambda is held by value: no std::function and its allocation per call.
@@ -327,11 +331,12 @@ template <class Convert>
 class ScratchParts {
   public:
     ScratchParts(const Stream& stream, const GridDesc& desc, const Variant& v, void* acc, size_t value_bytes,
-                 std::vector<LevelList> groups, bool scratch, bool keep, Convert convert)
+                 std::vector<LevelList> groups, bool scratch, bool keep, uint32_t convert_below, Convert convert)
         : m_stream(stream), m_desc(desc), m_acc(acc), m_value_bytes(value_bytes), m_groups(std::move(groups)),
           m_scratch(scratch), m_keep(keep), m_staged(scratch && !m_groups.empty() && staged_scratch(v)),
           m_fused(m_staged && v.fused_zeroing != 0),
-          m_rest(levels_outside(desc, m_groups.data(), m_groups.data() + (m_staged ? m_groups.size() : 0))),
+          m_rest(levels_outside(desc, m_groups.data(), m_groups.data() + (m_staged ? m_groups.size() : 0),
+                                convert_below)),
           m_convert(std::move(convert)) {
         // Test hook (Variant::poison_scratch): 0xFF makes fp32 NaN, 0x7F makes 64-bit words of about 2^63.
         if (m_scratch) poison(stream, v, acc, bytes(), value_bytes == sizeof(float) ? 0xFF : 0x7F);
@@ -450,6 +455,8 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     const size_t n = desc.n_params;
     const uint32_t F = desc.n_features;
     const gpu_stream_t s = c.stream;
+    // Accumulate mode converts only the levels that get something (ScratchParts).
+    const uint32_t convert_below = accumulate ? n_contributing : desc.n_levels;
 
     // First-order Nearest and stochastic rows feed one corner per level: per-corner threads would idle.
     const bool one_corner = !second && one_corner_per_level(desc);
@@ -507,7 +514,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
         ScratchParts parts(stream, desc, var, acc, sizeof(float),
                            mapping >= 2 ? level_groups(desc, plan.global, sizeof(float), var)
                                         : std::vector<LevelList>{},
-                           !direct, accumulate, convert);
+                           !direct, accumulate, convert_below, convert);
         parts.begin();
         Beside beside(stream, c, overlap_shared(plan, var));
         L.param_grad_shared_float(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item,
@@ -598,7 +605,7 @@ void param_gradient(const GridDesc& desc, const Call& c, const Stream& stream, c
     ScratchParts parts(stream, desc, var, acc, sizeof(unsigned long long),
                        mapping == 3 && F > 1 ? level_groups(desc, plan.global, sizeof(unsigned long long), var)
                                              : std::vector<LevelList>{},
-                       true, false, convert);
+                       true, false, convert_below, convert);
     parts.begin();
     Beside beside(stream, c, overlap_shared(plan, var));
     L.param_grad_shared_fixed(beside.call(), desc.dtype, F, plan.shared, plan.blocks_per_item, plan.rows_per_block,

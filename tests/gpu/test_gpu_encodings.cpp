@@ -1296,6 +1296,75 @@ TEST(GridGpu, BackwardCapturedOnANewThreadReplays) {
         }
 }
 
+// Accumulate mode leaves the levels that get nothing as the caller had them, bit for bit, as the CPU does:
+// levels switched off by set_max_level (here 4 and 5 of 6), and every level of a second-order Nearest
+// pass. Their entries hold -0, a NaN with a payload and a subnormal, which `dst + 0` would change (-0 to
+// +0, the payload to the canonical NaN; fp32 keeps the subnormal only if nothing flushes it). The fast
+// path's scratch (fp16 / bf16) and the deterministic path's conversions, whole and staged; fp32 fast
+// accumulates into the caller's values directly. The active levels still get the CPU's gradient.
+TEST(GridGpu, AccumulateLeavesLevelsThatGetNothingAlone) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    for (const char* interp : {"Linear", "Nearest"})
+        for (bool det : {false, true})
+            for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+                for (int staged : {0, -1}) {
+                    SCOPED_TRACE(msg(interp, det ? " deterministic " : " fast ", dtype_name(dtype), " staged ",
+                                     staged));
+                    const json cfg = grid_config("HashGrid", {{"n_levels", 6}, {"log2_hashmap_size", 12},
+                                                              {"base_resolution", 4}, {"interpolation", interp},
+                                                              {"deterministic", det}});
+                    const EncodingCase c = grid_case("hash3d_max_level_accumulate", 3, cfg, 3000);
+                    const auto enc = create_encoding(c.n_dims, c.config, dtype);
+                    enc->set_max_level(0.5f);  // levels >= 0.5 * 6 + 1e-3 are off: 4 and 5
+                    const EncodingData data = make_data(c, *enc, dtype, 77);
+                    const int64_t n_params = static_cast<int64_t>(enc->n_params());
+                    const int64_t first_off = static_cast<int64_t>(enc->n_params()) -
+                                              2 * int64_t(2) * (int64_t(1) << 12);  // levels 4 and 5: 2^12 x F = 2
+                    // The caller's gradient: 0.25 everywhere, special values on the switched-off levels.
+                    std::vector<double> prefill(static_cast<size_t>(n_params), 0.25);
+                    const double specials[] = {-0.0, std::nan(""), std::ldexp(1.0, -130), 3.0};
+                    for (int64_t i = first_off; i < n_params; ++i) prefill[i] = specials[i % 4];
+                    TestStream stream(Device::gpu(0));
+                    grid_gpu::set_variant(variant_with([&](auto& v) {
+                        v.staged_scratch = staged;
+                        v.level_group_kib = 64;  // several groups
+                    }));
+                    const DeviceInputs in = upload_inputs(c, *enc, data, Device::gpu(0));
+                    Tensor y(c.batch, enc->n_output_dims(), dtype, Device::gpu(0));
+                    Tensor dx(c.batch, 3, DType::f32, Device::gpu(0));
+                    Tensor w(c.batch, enc->n_output_dims(), dtype, Device::gpu(0));
+                    const Tensor vin = upload(data.v, c.batch, 3, DType::f32, Device::gpu(0));
+                    auto ctx = enc->forward(stream, in.x.view(), y.view(), in.p.data(), true);
+                    for (int order : {1, 2}) {
+                        SCOPED_TRACE(msg("order ", order));
+                        Tensor dp = upload(prefill, 1, n_params, dtype, Device::gpu(0));
+                        const std::vector<double> before = download(dp);
+                        if (order == 1) {
+                            enc->backward(stream, *ctx, in.x.view(), y.view(), in.g.view(), nullptr, dp.data(),
+                                          in.p.data(), GradMode::accumulate);
+                        } else {
+                            View w_view = w.view(), dx_view = dx.view();
+                            enc->backward_backward_input(stream, *ctx, in.x.view(), vin.view(), in.g.view(), &w_view,
+                                                         &dx_view, dp.data(), in.p.data(), GradMode::accumulate);
+                        }
+                        stream.stream().synchronize();
+                        const std::vector<double> after = download(dp);
+                        // Untouched: the switched-off levels, and every level of the second-order Nearest pass.
+                        const int64_t untouched = order == 2 && std::string(interp) == "Nearest" ? 0 : first_off;
+                        const std::vector<float> b(before.begin() + untouched, before.end()),
+                                a(after.begin() + untouched, after.end());
+                        expect_same_bits(a, b, "levels that get nothing");
+                        if (untouched > 0) {
+                            double changed = 0;
+                            for (int64_t i = 0; i < untouched; ++i) changed += after[i] != before[i] ? 1 : 0;
+                            EXPECT_GT(changed, 0) << "the active levels got no gradient";
+                        }
+                    }
+                    grid_gpu::set_variant({});
+                }
+}
+
 // Two threads, two Tiled grids whose shared-memory levels opt in to different sizes past 48 KiB (the
 // split fixed-point slots, 96 KiB budget: both features of a 16^3 level, 65552 bytes; one feature of a
 // 20^3 level, 64016 bytes). The opt-in is an attribute of the kernel: when each call set its own size, one
