@@ -6,6 +6,10 @@ refactor of kernel code that compares "same" everywhere needs no new device run 
 measured timings and the device test results valid.
 
     python3 scripts/compare_sass.py [--base HEAD] [--arch sm_90] src/networks/instantiations/*.cu
+
+--strip REGEX (repeatable) removes matches from the kernel names of both trees before they are paired,
+for a change that renames kernels without touching their code (e.g. a new defaulted template argument
+and an unused parameter: --strip NS0_13NoInputSourceE --strip 'vNS0_10KernelArgsE.*$').
 """
 import argparse
 import hashlib
@@ -62,7 +66,17 @@ def main():
     ap.add_argument("--base", default="HEAD", help="git revision to compare the working tree with")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--nvcc", default=os.environ.get("NVCC", "nvcc"))
+    ap.add_argument("--strip", action="append", default=[], help="regex removed from kernel names before pairing")
     a = ap.parse_args()
+
+    def renamed(sections):
+        out = {}
+        for name, v in sections.items():
+            for r in a.strip:
+                name = re.sub(r, "", name)
+            out[name] = v
+        return out
+
     differ = 0
     with tempfile.TemporaryDirectory() as tmp:
         base_root = os.path.join(tmp, "base")
@@ -75,7 +89,7 @@ def main():
             old, new = os.path.join(tmp, "old.cubin"), os.path.join(tmp, "new.cubin")
             compile_cubin(a.nvcc, base_root, rel, a.arch, old, base_exact)
             compile_cubin(a.nvcc, REPO, rel, a.arch, new, head_exact)
-            before, after = text_sections(old), text_sections(new)
+            before, after = renamed(text_sections(old)), renamed(text_sections(new))
             for k in sorted(set(before) | set(after)):
                 same = before.get(k) == after.get(k)
                 differ += not same

@@ -3,6 +3,7 @@
 // optimizer wrapper, graphs rebuilt when the views change, the opt-out, checkpoint resume, and bad
 // input. Models whose modules have no GPU kernels in this build are skipped with the reason.
 #include "gpu_test_util.h"
+#include "networks/fully_fused_mlp.h"
 
 #include <cstdio>
 #include <cstring>
@@ -559,6 +560,132 @@ TEST(GpuTrainerFusedLoss, OnlyWhereTheKernelsCarryIt) {
     plain->step(stream, b.x.view(), b.y.view(), &pdf_view);
     EXPECT_TRUE(loss_bits_equal(t->loss(stream), plain->loss(stream)));
     expect_same_bits(t->params_host(stream), plain->params_host(stream), "a step with a pdf");
+}
+
+// ---- The fused step with the grid's forward pass inside the network's kernel (set_fused_encoding).
+
+// A grid in front of the width-64 ReLU FullyFusedMLP (16 outputs, as tcnn's benchmark), its own input
+// dimensions; inputs in [-0.1, 1.1) (dense levels' upper vertex, wrapped tiles) and random targets.
+struct GridStepCase {
+    std::string name;
+    uint32_t n_dims;
+    json encoding;
+    std::vector<int64_t> batches;  // one per stretch of steps
+    float max_level = 1000.0f;
+};
+
+std::ostream& operator<<(std::ostream& os, const GridStepCase& c) { return os << c.name; }
+
+std::unique_ptr<Trainer> grid_step_trainer(const GridStepCase& c, const json& net) {
+    auto model = std::shared_ptr<Module>(create_network_with_input_encoding(c.n_dims, 16, c.encoding, net));
+    if (c.max_level < 1000.0f) dynamic_cast<NetworkWithInputEncoding&>(*model).encoding().set_max_level(c.max_level);
+    return make_trainer(model, {{"otype", "Adam"}, {"learning_rate", 1e-2}}, Device::gpu(0));
+}
+
+// Two trainers, grid inside (the default) and a separate forward launch, over the case's batches (five
+// steps each, graphs captured at the third): the same loss after every step and the same weights. The
+// kernel covers the case where `covered` (and this build and device have the wgmma kernel).
+void expect_grid_inside_equals_separate(const GridStepCase& c, bool covered, const json& net = relu_fused_mlp()) {
+    auto inside = grid_step_trainer(c, net), separate = grid_step_trainer(c, net);
+    separate->set_fused_encoding(false);
+    TestStream s1(Device::gpu(0)), s2(Device::gpu(0));
+    int k = 0;
+    for (int64_t rows : c.batches) {
+        Tensor x1(rows, c.n_dims, DType::f32, Device::gpu(0)), y1(rows, 16, DType::f32, Device::gpu(0));
+        Tensor x2(rows, c.n_dims, DType::f32, Device::gpu(0)), y2(rows, 16, DType::f32, Device::gpu(0));
+        for (int step = 0; step < 5; ++step, ++k) {
+            const auto hx = random_vector(size_t(rows) * c.n_dims, -0.1, 1.1, 900 + k);
+            const auto hy = random_vector(size_t(rows) * 16, 0.0, 1.0, 1900 + k);
+            const std::vector<float> fx(hx.begin(), hx.end()), fy(hy.begin(), hy.end());
+            for (auto [x, y, st] : {std::make_tuple(&x1, &y1, &s1), std::make_tuple(&x2, &y2, &s2)}) {
+                copy_bytes(*st, x->data(), x->device(), fx.data(), Device::cpu(), fx.size() * sizeof(float));
+                copy_bytes(*st, y->data(), y->device(), fy.data(), Device::cpu(), fy.size() * sizeof(float));
+                st->stream().synchronize();
+            }
+            inside->step(s1, x1.view(), y1.view());
+            separate->step(s2, x2.view(), y2.view());
+            const double a = inside->loss(s1), b = separate->loss(s2);
+            EXPECT_TRUE(loss_bits_equal(a, b)) << c.name << ": loss of step " << k + 1 << " (batch " << rows
+                                               << "): " << a << " vs " << b;
+            EXPECT_FALSE(separate->fused_encoding()) << c.name;
+            // The network's plan, as the separate step launched it (the last backward launch of the
+            // process; a replayed step launches from the graph, which its capture planned alike).
+            const bool wgmma = ffm::last_backward().plan.wgmma;
+            EXPECT_EQ(inside->fused_encoding(), covered && wgmma) << c.name << " step " << k + 1;
+            if (c.name == "3D_hash_L16" && rows >= 30000) {  // the benchmark's shape: the wgmma kernel where built
+                EXPECT_EQ(wgmma, ffm::wgmma_backward_available(0, DType::f16, 64)) << c.name;
+            }
+        }
+    }
+    expect_same_bits(inside->params_host(s1), separate->params_host(s2), c.name + " weights");
+}
+
+json hash_grid(uint32_t n_levels, uint32_t log2_size, const char* interpolation = "Linear") {
+    return {{"otype", "HashGrid"}, {"n_levels", n_levels}, {"n_features_per_level", 2},
+            {"log2_hashmap_size", log2_size}, {"base_resolution", 16}, {"per_level_scale", 1.5},
+            {"interpolation", interpolation}};
+}
+
+TEST(GpuTrainerFusedEncoding, EqualsTheSeparateForwardPassBitForBit) {
+    // Batches past one block's rows and past every SM's (132 x 192 on the H200), tails of every
+    // length mod 16 and 192 among them; hashed, dense and tiled levels, every interpolation, every
+    // covered level count (padding columns below 8 levels), generic hashes, the deterministic gradient,
+    // switched-off levels.
+    json tiled = hash_grid(8, 12), dense = hash_grid(4, 19, "Smoothstep"), rng = hash_grid(16, 14),
+         det = hash_grid(16, 15), one = hash_grid(1, 10, "Nearest"), two = hash_grid(2, 10);
+    tiled["otype"] = "TiledGrid";
+    dense["otype"] = "DenseGrid";
+    dense["per_level_scale"] = 2.0;
+    rng["hash"] = "Rng";
+    det["deterministic"] = true;
+    const std::vector<GridStepCase> cases = {
+        {"3D_hash_L16", 3, hash_grid(16, 17), {777, 30000}},
+        {"2D_hash_L16", 2, hash_grid(16, 15), {1000, 25357}},
+        {"3D_hash_L32_Nearest", 3, hash_grid(32, 12, "Nearest"), {515}},
+        {"2D_hash_L8_Smoothstep", 2, hash_grid(8, 12, "Smoothstep"), {4097}},
+        {"3D_tiled_L8", 3, tiled, {3000}},
+        {"3D_dense_L4_Smoothstep", 3, dense, {1111}},
+        {"3D_hash_L16_Rng", 3, rng, {2049}},
+        {"3D_hash_L16_deterministic", 3, det, {5000}},
+        {"2D_hash_L1_Nearest", 2, one, {333}},
+        {"3D_hash_L2", 3, two, {100}},
+        {"3D_hash_L16_max_level_0.4", 3, hash_grid(16, 14), {3001}, 0.4f},
+    };
+    for (const GridStepCase& c : cases) {
+        SCOPED_TRACE(c.name);
+        TNN_SKIP_WITHOUT_GPU();
+        expect_grid_inside_equals_separate(c, true);
+    }
+}
+
+TEST(GpuTrainerFusedEncoding, OnlyWhereTheKernelCoversIt) {
+    // Grids the tile writer does not cover, and networks that do not run the width-64 float16 wgmma
+    // kernel, take the separate forward pass (and still give the bits of the step without the option).
+    TNN_SKIP_WITHOUT_GPU();
+    json f4 = hash_grid(8, 12), l12 = hash_grid(12, 12), f1 = hash_grid(16, 12);
+    f4["n_features_per_level"] = 4;
+    f1["n_features_per_level"] = 1;
+    expect_grid_inside_equals_separate({"3D_hash_F4", 3, f4, {777}}, false);
+    expect_grid_inside_equals_separate({"3D_hash_F1", 3, f1, {777}}, false);
+    expect_grid_inside_equals_separate({"3D_hash_L12", 3, l12, {777}}, false);
+    expect_grid_inside_equals_separate({"4D_hash_L16", 4, hash_grid(16, 12), {777}}, false);
+    json w128 = relu_fused_mlp(), w32 = relu_fused_mlp();
+    w128["n_neurons"] = 128;
+    w32["n_neurons"] = 32;
+    expect_grid_inside_equals_separate({"3D_hash_L16_width128", 3, hash_grid(16, 12), {777}}, false, w128);
+    expect_grid_inside_equals_separate({"3D_hash_L16_width32", 3, hash_grid(16, 12), {777}}, false, w32);
+    // Switched off, then on again mid-run: the same bits as never.
+    const GridStepCase c{"3D_hash_L16", 3, hash_grid(16, 14), {777}};
+    auto t = grid_step_trainer(c, relu_fused_mlp());
+    t->set_fused_encoding(false);
+    TestStream s(Device::gpu(0));
+    Tensor x = from_floats(std::vector<float>(777 * 3, 0.25f), 777, 3, Device::gpu(0));
+    Tensor y = from_floats(std::vector<float>(777 * 16, 0.5f), 777, 16, Device::gpu(0));
+    t->step(s, x.view(), y.view());
+    EXPECT_FALSE(t->fused_encoding());
+    t->set_fused_encoding(true);
+    t->step(s, x.view(), y.view());
+    EXPECT_EQ(t->fused_encoding(), ffm::last_backward().plan.wgmma);
 }
 
 TEST(GpuTrainerErrors, BadInputIsRefusedBeforeAndAfterCapture) {
