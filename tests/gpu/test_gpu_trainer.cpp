@@ -584,10 +584,13 @@ std::unique_ptr<Trainer> grid_step_trainer(const GridStepCase& c, const json& ne
 
 // Two trainers, grid inside (the default) and a separate forward launch, over the case's batches (five
 // steps each, graphs captured at the third): the same loss after every step and the same weights. The
-// kernel covers the case where `covered` (and this build and device have the wgmma kernel).
+// kernel covers the case where `covered` (and the network's plan is the wgmma kernel's). A grid without
+// "deterministic" reduces its gradient with float atomics, whose order differs from run to run: there
+// only the first step's loss (the forward pass, before any update) is compared bit for bit.
 void expect_grid_inside_equals_separate(const GridStepCase& c, bool covered, const json& net = relu_fused_mlp()) {
     auto inside = grid_step_trainer(c, net), separate = grid_step_trainer(c, net);
     separate->set_fused_encoding(false);
+    const bool deterministic = c.encoding.value("deterministic", false);
     TestStream s1(Device::gpu(0)), s2(Device::gpu(0));
     int k = 0;
     for (int64_t rows : c.batches) {
@@ -605,8 +608,10 @@ void expect_grid_inside_equals_separate(const GridStepCase& c, bool covered, con
             inside->step(s1, x1.view(), y1.view());
             separate->step(s2, x2.view(), y2.view());
             const double a = inside->loss(s1), b = separate->loss(s2);
-            EXPECT_TRUE(loss_bits_equal(a, b)) << c.name << ": loss of step " << k + 1 << " (batch " << rows
-                                               << "): " << a << " vs " << b;
+            if (deterministic || k == 0) {
+                EXPECT_TRUE(loss_bits_equal(a, b)) << c.name << ": loss of step " << k + 1 << " (batch " << rows
+                                                   << "): " << a << " vs " << b;
+            }
             EXPECT_FALSE(separate->fused_encoding()) << c.name;
             // The network's plan, as the separate step launched it (the last backward launch of the
             // process; a replayed step launches from the graph, which its capture planned alike).
@@ -617,27 +622,28 @@ void expect_grid_inside_equals_separate(const GridStepCase& c, bool covered, con
             }
         }
     }
-    expect_same_bits(inside->params_host(s1), separate->params_host(s2), c.name + " weights");
+    if (deterministic) expect_same_bits(inside->params_host(s1), separate->params_host(s2), c.name + " weights");
 }
 
+// Deterministic unless said otherwise (bit-for-bit comparisons over several steps).
 json hash_grid(uint32_t n_levels, uint32_t log2_size, const char* interpolation = "Linear") {
     return {{"otype", "HashGrid"}, {"n_levels", n_levels}, {"n_features_per_level", 2},
             {"log2_hashmap_size", log2_size}, {"base_resolution", 16}, {"per_level_scale", 1.5},
-            {"interpolation", interpolation}};
+            {"interpolation", interpolation}, {"deterministic", true}};
 }
 
 TEST(GpuTrainerFusedEncoding, EqualsTheSeparateForwardPassBitForBit) {
     // Batches past one block's rows and past every SM's (132 x 192 on the H200), tails of every
     // length mod 16 and 192 among them; hashed, dense and tiled levels, every interpolation, every
-    // covered level count (padding columns below 8 levels), generic hashes, the deterministic gradient,
-    // switched-off levels.
+    // covered level count (padding columns below 8 levels), generic hashes,
+    // switched-off levels; the fast gradient (its first step).
     json tiled = hash_grid(8, 12), dense = hash_grid(4, 19, "Smoothstep"), rng = hash_grid(16, 14),
-         det = hash_grid(16, 15), one = hash_grid(1, 10, "Nearest"), two = hash_grid(2, 10);
+         fast = hash_grid(16, 15), one = hash_grid(1, 10, "Nearest"), two = hash_grid(2, 10);
     tiled["otype"] = "TiledGrid";
     dense["otype"] = "DenseGrid";
     dense["per_level_scale"] = 2.0;
     rng["hash"] = "Rng";
-    det["deterministic"] = true;
+    fast["deterministic"] = false;
     const std::vector<GridStepCase> cases = {
         {"3D_hash_L16", 3, hash_grid(16, 17), {777, 30000}},
         {"2D_hash_L16", 2, hash_grid(16, 15), {1000, 25357}},
@@ -646,7 +652,7 @@ TEST(GpuTrainerFusedEncoding, EqualsTheSeparateForwardPassBitForBit) {
         {"3D_tiled_L8", 3, tiled, {3000}},
         {"3D_dense_L4_Smoothstep", 3, dense, {1111}},
         {"3D_hash_L16_Rng", 3, rng, {2049}},
-        {"3D_hash_L16_deterministic", 3, det, {5000}},
+        {"3D_hash_L16_fast", 3, fast, {5000, 30000}},
         {"2D_hash_L1_Nearest", 2, one, {333}},
         {"3D_hash_L2", 3, two, {100}},
         {"3D_hash_L16_max_level_0.4", 3, hash_grid(16, 14), {3001}, 0.4f},

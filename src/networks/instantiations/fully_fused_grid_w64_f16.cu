@@ -20,14 +20,14 @@ constexpr uint32_t kGridFeatures = 2;
 // The grid as the kernel's input source (fully_fused_mlp_backward_kernel's SRC): FusedInput and the
 // tile writer. A kernel parameter (__grid_constant__): the level table is read in place.
 template <uint32_t D> struct GridTileSource : grid_gpu::FusedInput {
-    // Rows [row0, row0 + 16) of the encoding into this warp's tile (rows of x_stride elements, layout
+    // Rows [row0, row0 + 16) of the encoding into this warp's tile (rows of tile_stride elements, layout
     // SW): lane l computes level l % n_levels (n_levels divides 32) of every (32 / n_levels)-th row;
     // rows past `valid` get zeros, columns n_in..pin-1 pad_value (as raw_to_tile). The rows' positions
     // are loaded once, lane i holding row i % 16's, and handed to the other lanes by shuffles, so that
     // one round trip to memory precedes the gathers instead of one per row; the gathers of kUnroll rows
     // are in flight together.
     template <typename T, int SW>
-    __device__ __forceinline__ void encode_tile(T* tile, int x_stride, int64_t row0, int valid, int n_in, int pin,
+    __device__ __forceinline__ void encode_tile(T* tile, int tile_stride, int64_t row0, int valid, int n_in, int pin,
                                                 float pad_value, int lane) const {
         constexpr uint32_t F = kGridFeatures;
         constexpr int kUnroll = 4;
@@ -40,7 +40,7 @@ template <uint32_t D> struct GridTileSource : grid_gpu::FusedInput {
         float mine[D];
         const int own = lane & 15;
         TNN_UNROLL
-        for (uint32_t d = 0; d < D; ++d) mine[d] = own < valid ? x[(row0 + own) * x_stride + d] : 0.0f;
+        for (uint32_t d = 0; d < D; ++d) mine[d] = own < valid ? this->x[(row0 + own) * this->x_stride + d] : 0.0f;
 #pragma unroll(kUnroll)
         for (int k = 0; k < iterations; ++k) {
             const int r = first + k * step;
@@ -55,12 +55,12 @@ template <uint32_t D> struct GridTileSource : grid_gpu::FusedInput {
             }
             uint32_t w[1];
             grid_gpu::encode_words<T, F>(out, w);
-            *reinterpret_cast<uint32_t*>(tile_at<SW>(tile, x_stride, r, static_cast<int>(level * F))) = w[0];
+            *reinterpret_cast<uint32_t*>(tile_at<SW>(tile, tile_stride, r, static_cast<int>(level * F))) = w[0];
         }
         const int n_pad = pin - n_in;
         if (n_pad > 0) {
             const T pad = gpu::from_acc<T>(pad_value);
-            for (int i = lane; i < 16 * n_pad; i += 32) *tile_at<SW>(tile, x_stride, i / n_pad, n_in + i % n_pad) = pad;
+            for (int i = lane; i < 16 * n_pad; i += 32) *tile_at<SW>(tile, tile_stride, i / n_pad, n_in + i % n_pad) = pad;
         }
     }
 };
