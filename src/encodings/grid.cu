@@ -678,6 +678,7 @@ bool fused_input(const GridDesc& g, ConstView input, const void* params, uint32_
     if (g.n_features != 2) return no(msg("it has ", g.n_features, " features per level, not 2"));
     if (g.n_levels > kFusedMaxLevels || kFusedMaxLevels % g.n_levels != 0)
         return no(msg("it has ", g.n_levels, " levels, not 1, 2, 4, 8, 16 or 32"));
+    if (!aligned(params, 4)) return no("its parameters are not 4-byte aligned (an entry is one 32-bit load)");
     const KernelArgs a = make_args(g, n_active);
     for (uint32_t l = 0; l < g.n_levels; ++l) in->levels[l] = a.levels[l];
     for (uint32_t d = 0; d < grid::kMaxDims; ++d) in->factors[d] = a.factors[d];
@@ -688,8 +689,6 @@ bool fused_input(const GridDesc& g, ConstView input, const void* params, uint32_
     in->hash = a.hash;
     in->interpolation = a.interpolation;
     in->generic_hash = a.generic_hash;
-    // As forward(): the same loads give the same values either way, but the same choice keeps it plain.
-    in->chunked = variant().chunked_loads != 0 && chunk_layout(g) && aligned(params, 16) ? 1u : 0u;
     in->x = input.ptr<float>();
     in->x_stride = input.stride;
     in->params = params;

@@ -207,15 +207,15 @@ struct FusedInput {
     uint32_t factors[grid::kMaxDims];
     uint32_t n_dims, n_levels, n_features, n_active;
     uint32_t hash, interpolation, generic_hash;  // as KernelArgs
-    uint32_t chunked;  // the forward's 16-byte chunk loads apply (its own conditions)
-    const float* x;    // [rows, n_dims] fp32, x_stride elements per row
+    const float* x;  // [rows, n_dims] fp32, x_stride elements per row
     int64_t x_stride;
     const void* params;  // the grid's parameters, its dtype
 };
 
 // Fills `in` for the forward pass of grid g (n_active levels on) over `input` with `params`, and
-// returns true, where the fused kernels cover the grid: float16 parameters, 2 or 3 input dimensions, 2
-// features per level, a number of levels dividing 32, XOR-factor or generic hashes alike. Otherwise
+// returns true, where the fused kernels cover the grid: float16 parameters (4-byte aligned), 2 or 3
+// input dimensions, 2 features per level, a number of levels dividing 32, any type, hash and
+// interpolation. Otherwise
 // false, and *why (if given) says which condition failed.
 bool fused_input(const GridDesc& g, ConstView input, const void* params, uint32_t n_active, FusedInput* in,
                  std::string* why = nullptr);
