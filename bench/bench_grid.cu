@@ -574,15 +574,11 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
         // (grid_gpu::Variant::staged_scratch, twenty-third session).
         grid_gpu::Variant whole;
         whole.staged_scratch = 0;
-        // "train_step_grid_separate" / "train_step_det_grid_separate": the grid's forward pass as its own
-        // launch before the network's fused kernel, instead of inside it (Trainer::set_fused_encoding,
-        // twenty-ninth session).
         struct Variant {
             bool det, fused;
             const char* pass;
             ffm::PlanOverride mlp_plan = {};
             grid_gpu::Variant grid = {};
-            bool grid_inside = true;
         };
         for (const Variant& v : {Variant{false, true, "train_step"}, Variant{false, false, "train_step_unfused"},
                                  Variant{true, true, "train_step_det"}, Variant{false, true, "train_step_mlp_two_tiles", two_tiles},
@@ -590,9 +586,7 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
                                  Variant{false, true, "train_step_dx_pairs", dx_pairs},
                                  Variant{true, true, "train_step_det_no_bulk", {}, no_bulk},
                                  Variant{false, true, "train_step_whole_scratch", {}, whole},
-                                 Variant{true, true, "train_step_det_whole_scratch", {}, whole},
-                                 Variant{false, true, "train_step_grid_separate", {}, {}, false},
-                                 Variant{true, true, "train_step_det_grid_separate", {}, {}, false}}) {
+                                 Variant{true, true, "train_step_det_whole_scratch", {}, whole}}) {
             const ffm::PlanOverrideScope scope(v.mlp_plan);
             const GridVariantScope grid_scope(v.grid);  // before the trainer captures its graph
             const bool det = v.det;
@@ -600,7 +594,6 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
             c["encoding"]["deterministic"] = det;
             Trainer trainer(3, 16, c, dev);
             trainer.set_fused_loss(v.fused);
-            trainer.set_fused_encoding(v.grid_inside);
             Tensor x = upload(uniform(size_t(batch) * 3, 0.0f, 1.0f, 1), batch, 3, DType::f32, dev);
             Tensor target = upload(uniform(size_t(batch) * 16, 0.0f, 1.0f, 2), batch, 16, DType::f32, dev);
             Tensor y(batch, 16, DType::f16, dev);
@@ -619,8 +612,7 @@ void bench_model(int64_t batch, const Options& o, const Stream& s, json& results
             if (trainer.graph_steps() == 0) throw Error("bench_model: the trainer did not replay a graph");
             record(v.pass, ms,
                    std::string("Trainer::step: forward + L2 + backward + Adam, replayed from the trainer's graph") +
-                       (trainer.fused_loss() ? " (network forward, loss and backward fused)" : " (unfused)") +
-                       (trainer.fused_encoding() ? " (the grid's forward pass inside the network's kernel)" : ""));
+                       (trainer.fused_loss() ? " (network forward, loss and backward fused)" : " (unfused)"));
             if (std::string(v.pass) == "train_step")  // the model as trained by default
                 record("inference",
                        time_calls(s, o, [&] { trainer.model().inference(s, x.view(), y.view(), trainer.params()); }),

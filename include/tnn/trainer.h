@@ -47,15 +47,6 @@ public:
     // without a pdf take it.
     void set_fused_loss(bool on);
     bool fused_loss() const;
-    // The fused step with its input encoding inside the kernel: where the model is a grid encoding
-    // (float16, 2 or 3 input dimensions, 2 features per level, 1, 2, 4, 8, 16 or 32 levels) in front of
-    // a width-64 FullyFusedMLP whose fused step runs on the wgmma kernel (sm_90a builds on an H100 /
-    // H200), that kernel computes the grid's forward pass for its rows itself instead of reading the
-    // output of a forward launch before it. Parameters, gradients and loss() equal the step without it
-    // bit for bit. On by default; fused_encoding() says whether the last step took it (a step falls
-    // back to the encoding's own forward pass only where the conditions above do not hold).
-    void set_fused_encoding(bool on);
-    bool fused_encoding() const;
     // Uses the optimizer's inference weights (EMA, Average) when it has them.
     void inference(const Stream& stream, ConstView input, View output) const;
 

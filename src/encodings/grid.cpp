@@ -118,21 +118,6 @@ public:
         rng.advance(n);
     }
 
-#ifdef TNN_WITH_GPU
-    // grid_gpu::fused_forward_context for this grid.
-    std::unique_ptr<Context> fused_forward_context(ConstView input, const void* params, grid_gpu::FusedInput* in,
-                                                   std::string* why) const {
-        if (!input.device.is_gpu()) {
-            if (why) *why = "the input is not on a GPU";
-            return nullptr;
-        }
-        auto ctx = std::make_unique<GridContext>();
-        ctx->max_level = m_max_level.load();
-        if (!grid_gpu::fused_input(m_gpu, input, params, n_active_levels(ctx->max_level), in, why)) return nullptr;
-        return ctx;
-    }
-#endif  // TNN_WITH_GPU
-
     float padding_value() const override { return 0.0f; }
     void set_max_level(float max_level) override { m_max_level.store(max_level); }
     uint32_t required_output_alignment() const override { return m_options.n_features_per_level; }
@@ -526,18 +511,6 @@ std::unique_ptr<Encoding> create_grid(const std::string& otype, uint32_t n_dims,
 }
 
 }  // namespace
-
-#ifdef TNN_WITH_GPU
-std::unique_ptr<Context> grid_gpu::fused_forward_context(const Encoding& enc, ConstView input, const void* params,
-                                                         FusedInput* in, std::string* why) {
-    const auto* grid = dynamic_cast<const GridEncoding*>(&enc);
-    if (!grid) {
-        if (why) *why = enc.name() + " is not a grid encoding";
-        return nullptr;
-    }
-    return grid->fused_forward_context(input, params, in, why);
-}
-#endif  // TNN_WITH_GPU
 
 void register_grid_encodings(Registry<EncodingFactory>& r) {
     for (const char* otype : {"Grid", "HashGrid", "DenseGrid", "TiledGrid"})

@@ -667,34 +667,6 @@ void forward(const GridDesc& g, const Stream& stream, ConstView input, View outp
                                     threads);
 }
 
-bool fused_input(const GridDesc& g, ConstView input, const void* params, uint32_t n_active, FusedInput* in,
-                 std::string* why) {
-    auto no = [&](const std::string& reason) {
-        if (why) *why = reason;
-        return false;
-    };
-    if (g.dtype != DType::f16) return no(msg("its parameters are ", dtype_name(g.dtype), ", not float16"));
-    if (g.n_dims != 2 && g.n_dims != 3) return no(msg("it has ", g.n_dims, " input dimensions, not 2 or 3"));
-    if (g.n_features != 2) return no(msg("it has ", g.n_features, " features per level, not 2"));
-    if (g.n_levels > kFusedMaxLevels || kFusedMaxLevels % g.n_levels != 0)
-        return no(msg("it has ", g.n_levels, " levels, not 1, 2, 4, 8, 16 or 32"));
-    if (!aligned(params, 4)) return no("its parameters are not 4-byte aligned (an entry is one 32-bit load)");
-    const KernelArgs a = make_args(g, n_active);
-    for (uint32_t l = 0; l < g.n_levels; ++l) in->levels[l] = a.levels[l];
-    for (uint32_t d = 0; d < grid::kMaxDims; ++d) in->factors[d] = a.factors[d];
-    in->n_dims = g.n_dims;
-    in->n_levels = g.n_levels;
-    in->n_features = g.n_features;
-    in->n_active = a.n_active;
-    in->hash = a.hash;
-    in->interpolation = a.interpolation;
-    in->generic_hash = a.generic_hash;
-    in->x = input.ptr<float>();
-    in->x_stride = input.stride;
-    in->params = params;
-    return true;
-}
-
 void backward(const GridDesc& g, const Stream& stream, ConstView input, ConstView dL_doutput, View* dL_dinput,
               void* dL_dparams, const void* params, GradMode mode, uint32_t n_active) {
     gpu::DeviceGuard guard(stream.device().index);

@@ -168,10 +168,6 @@ TNN_HD inline float from_fixed_point(long long s, int k) {
 }  // namespace tnn::grid_gpu
 
 #ifdef TNN_WITH_GPU
-namespace tnn {
-class Encoding;
-}  // namespace tnn
-
 namespace tnn::grid_gpu {
 
 // Everything about a grid that the GPU passes need, built once by the module.
@@ -196,34 +192,6 @@ void backward(const GridDesc& g, const Stream& stream, ConstView input, ConstVie
 void backward_backward_input(const GridDesc& g, const Stream& stream, ConstView input, ConstView dL_ddLdinput,
                              ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
                              const void* params, GradMode mode, uint32_t n_active);
-
-// ---- The grid's forward pass inside the network's fused training step (src/model/trainer.cpp,
-// src/networks/instantiations/fully_fused_grid_w64_f16.cu): the FullyFusedMLP backward kernel computes
-// each tile's encoding from the grid itself, with grid_level_value (the forward kernel's arithmetic, so
-// the same bits), instead of reading an encoded tensor that a forward launch wrote. Passed by value.
-constexpr uint32_t kFusedMaxLevels = 32;
-struct FusedInput {
-    LevelInfo levels[kFusedMaxLevels];
-    uint32_t factors[grid::kMaxDims];
-    uint32_t n_dims, n_levels, n_features, n_active;
-    uint32_t hash, interpolation, generic_hash;  // as KernelArgs
-    const float* x;  // [rows, n_dims] fp32, x_stride elements per row
-    int64_t x_stride;
-    const void* params;  // the grid's parameters, its dtype
-};
-
-// Fills `in` for the forward pass of grid g (n_active levels on) over `input` with `params`, and
-// returns true, where the fused kernels cover the grid: float16 parameters (4-byte aligned), 2 or 3
-// input dimensions, 2 features per level, a number of levels dividing 32, any type, hash and
-// interpolation. Otherwise
-// false, and *why (if given) says which condition failed.
-bool fused_input(const GridDesc& g, ConstView input, const void* params, uint32_t n_active, FusedInput* in,
-                 std::string* why = nullptr);
-// The same for an Encoding (src/encodings/grid.cpp): where `enc` is a grid that fused_input covers, on a
-// GPU, fills `in` and returns the context its backward needs (the max level the fused forward pass
-// uses, as forward would record it); otherwise null, and *why says why.
-std::unique_ptr<Context> fused_forward_context(const Encoding& enc, ConstView input, const void* params,
-                                               FusedInput* in, std::string* why = nullptr);
 
 // Kernel variants, for bench/bench_grid.cu to compare (-1: the automatic choice). Process-wide; not
 // for use while other threads run grids.

@@ -217,9 +217,8 @@ template <uint32_t D> __device__ __forceinline__ float corner_weight(const float
 }
 
 // Entry index of a corner: the per-dimension shortcut, or grid::grid_index for Rng / BaseConvert.
-// A: KernelArgs, or anything with its generic_hash and hash (FusedInput).
-template <uint32_t D, class A = KernelArgs>
-__device__ __forceinline__ uint32_t corner_entry(const A& a, const LevelInfo& L, const CornerTerms<D>& t,
+template <uint32_t D>
+__device__ __forceinline__ uint32_t corner_entry(const KernelArgs& a, const LevelInfo& L, const CornerTerms<D>& t,
                                                  const uint32_t (&cell)[D], uint32_t corner) {
     if (a.generic_hash && level_mode(L) == IndexMode::Hash) {
         uint32_t pos[D];
@@ -235,37 +234,9 @@ template <uint32_t N> constexpr int kUnroll = N <= 8 ? static_cast<int>(N) : 2;
 
 // ---- forward ---------------------------------------------------------------------------------------
 
-// out[f] = sum_c W_c V_c[f] of one row x at level L, in corner order with fma (the CPU reference's
-// order), or the lower vertex's value for Nearest. V: the level's first entry. A: KernelArgs, or
-// anything with its factors, interpolation, generic_hash and hash (FusedInput, the network's fused
-// step, which must give the same bits).
-template <typename T, uint32_t D, uint32_t F, bool CHUNKED, class A>
-__device__ __forceinline__ void grid_level_value(const A& a, const LevelInfo& L, const float* __restrict__ x,
-                                                 const T* __restrict__ V, float (&out)[F]) {
-    const auto interp = static_cast<Interpolation>(a.interpolation);
-    const Located<D> p = locate<D>(x, L.scale, interp);
-    const CornerTerms<D> t = corner_terms<D>(L, p.cell, a.factors);
-    if (interp == Interpolation::Nearest) {
-        load_entry<T, F>(V, corner_entry<D>(a, L, t, p.cell, 0), out);
-    } else {
-        constexpr uint32_t kPairs = 1u << (D - 1);
-#pragma unroll(kUnroll<kPairs>)
-        for (uint32_t pair = 0; pair < kPairs; ++pair) {
-            const uint32_t c0 = pair << 1, c1 = c0 | 1u;
-            float v0[F], v1[F];
-            load_pair<T, F, CHUNKED>(V, corner_entry<D>(a, L, t, p.cell, c0), corner_entry<D>(a, L, t, p.cell, c1), v0,
-                                     v1);
-            const float W0 = corner_weight<D>(p.w, c0), W1 = corner_weight<D>(p.w, c1);
-            TNN_UNROLL
-            for (uint32_t f = 0; f < F; ++f) out[f] = fmaf(W0, v0[f], out[f]);
-            TNN_UNROLL
-            for (uint32_t f = 0; f < F; ++f) out[f] = fmaf(W1, v1[f], out[f]);
-        }
-    }
-}
-
-// y[row, level * F + f] = grid_level_value, 0 for switched-off levels. Block: rows_per_block * n_levels
-// threads; dynamic shared memory: the level table (n_levels entries: the rest of the SM's 256 KiB stays L1).
+// y[row, level * F + f] = sum_c W_c V_c[f] in corner order with fma (the CPU reference's order), or the
+// lower vertex's value for Nearest; 0 for switched-off levels. Block: rows_per_block * n_levels threads;
+// dynamic shared memory: the level table (n_levels entries: the rest of the SM's 256 KiB stays L1).
 template <typename T, uint32_t D, uint32_t F, bool CHUNKED>
 __global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t rows_per_block,
                                     const float* __restrict__ x, int64_t x_stride, const T* __restrict__ params,
@@ -282,7 +253,27 @@ __global__ void grid_forward_kernel(const KernelArgs a, int64_t rows, uint32_t r
     for (uint32_t f = 0; f < F; ++f) out[f] = 0.0f;
     if (level < a.n_active) {
         const LevelInfo L = levels[level];
-        grid_level_value<T, D, F, CHUNKED>(a, L, x + row * x_stride, params + size_t(L.offset) * F, out);
+        const T* __restrict__ V = params + size_t(L.offset) * F;
+        const auto interp = static_cast<Interpolation>(a.interpolation);
+        const Located<D> p = locate<D>(x + row * x_stride, L.scale, interp);
+        const CornerTerms<D> t = corner_terms<D>(L, p.cell, a.factors);
+        if (interp == Interpolation::Nearest) {
+            load_entry<T, F>(V, corner_entry<D>(a, L, t, p.cell, 0), out);
+        } else {
+            constexpr uint32_t kPairs = 1u << (D - 1);
+#pragma unroll(kUnroll<kPairs>)
+            for (uint32_t pair = 0; pair < kPairs; ++pair) {
+                const uint32_t c0 = pair << 1, c1 = c0 | 1u;
+                float v0[F], v1[F];
+                load_pair<T, F, CHUNKED>(V, corner_entry<D>(a, L, t, p.cell, c0), corner_entry<D>(a, L, t, p.cell, c1),
+                                         v0, v1);
+                const float W0 = corner_weight<D>(p.w, c0), W1 = corner_weight<D>(p.w, c1);
+                TNN_UNROLL
+                for (uint32_t f = 0; f < F; ++f) out[f] = fmaf(W0, v0[f], out[f]);
+                TNN_UNROLL
+                for (uint32_t f = 0; f < F; ++f) out[f] = fmaf(W1, v1[f], out[f]);
+            }
+        }
     }
     store_entry<T, F>(y + row * y_stride + size_t(level) * F, out, vec_store);
 }

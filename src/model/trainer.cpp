@@ -6,7 +6,6 @@
 
 #include "core/gpu_bridge.h"
 #include "core/view_check.h"
-#include "encodings/grid_gpu.h"
 #include "losses/loss_gpu.h"
 #include "networks/fully_fused_mlp.h"
 #include "optimizers/optimizer_impl.h"
@@ -65,8 +64,6 @@ struct Trainer::Impl {
     LossKind fused_kind = LossKind::l2;
     bool has_loss = false;
     bool fused_loss = true;  // set_fused_loss
-    bool fused_encoding = true;       // set_fused_encoding
-    bool last_fused_encoding = false;  // the last step computed the grid inside the network's kernel
 
     // GPU graphs. `graph` replays a step with the views `graph_views`; the last `seen_count` steps
     // (refused ones included) had the views `seen`, which are captured when that count reaches 3.
@@ -210,7 +207,6 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
 
 void Trainer::Impl::forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
                                           const ConstView* data_pdf) {
-    last_fused_encoding = false;
     if (fused_net) {
         fused_forward_loss_backward(t, stream, input, target, *fused_net, fused_kind);
         return;
@@ -235,26 +231,6 @@ void Trainer::Impl::fused_forward_loss_backward(Trainer& t, const Stream& stream
     const Encoding& enc = nwie->encoding();
     const size_t off = nwie->encoding_params_offset();
     const char* p_enc = static_cast<const char*>(p) + off;
-#ifdef TNN_WITH_GPU
-    // The grid's forward pass inside the network's kernel (set_fused_encoding), where both cover it.
-    grid_gpu::FusedInput grid;
-    std::unique_ptr<Context> grid_ctx;
-    if (fused_encoding && enc.n_params() > 0 && input.rows > 0)
-        grid_ctx = grid_gpu::fused_forward_context(enc, input, p_enc, &grid);
-    if (grid_ctx) {
-        Tensor dL_dencoded = Tensor::temporary(stream, input.rows, enc.n_output_dims(), enc.output_dtype());
-        View dL_dencoded_view = dL_dencoded.view();
-        // The kernel does not read the encoded rows the view stands for (gpu_backward), nor the grid's
-        // backward its output view: dL_dencoded's view gives both their shape.
-        if (ffm::fused_loss_backward_grid(net, stream, grid, dL_dencoded.view(), target, kind, t.m_loss_scale, values,
-                                          &dL_dencoded_view, grads.data(), p)) {
-            last_fused_encoding = true;
-            enc.backward(stream, *grid_ctx, input, dL_dencoded.view(), dL_dencoded.view(), nullptr,
-                         static_cast<char*>(grads.data()) + off, p_enc, GradMode::overwrite);
-            return;
-        }
-    }
-#endif  // TNN_WITH_GPU
     Tensor encoded = Tensor::temporary(stream, input.rows, enc.n_output_dims(), enc.output_dtype());
     auto enc_ctx = enc.forward(stream, input, encoded.view(), p_enc, false);
     if (enc.n_params() == 0) {
@@ -339,11 +315,6 @@ bool Trainer::fused_loss() const {
     LossKind kind;
     return m_impl->fused_loss && fusable_network(*m_model, *m_loss, m_device, &kind) != nullptr;
 }
-void Trainer::set_fused_encoding(bool on) {
-    m_impl->fused_encoding = on;
-    m_impl->drop_graph();  // it holds the other kind of step
-}
-bool Trainer::fused_encoding() const { return m_impl->last_fused_encoding; }
 uint64_t Trainer::graph_captures() const { return m_impl->captures; }
 uint64_t Trainer::graph_steps() const { return m_impl->graph_steps; }
 

@@ -380,29 +380,6 @@ public:
 #endif  // TNN_WITH_GPU
     }
 
-#if defined(TNN_WITH_GPU)
-    // ffm::fused_loss_backward_grid, validated here (`encoded` stands for the grid's output; not read).
-    bool fused_loss_backward_grid(const Stream& stream, const grid_gpu::FusedInput& grid, ConstView encoded,
-                                  ConstView target, LossKind kind, float loss_scale, View values, View* dL_dencoded,
-                                  void* dL_dparams, const void* params) const {
-        const char* what = "fused training step with the grid's forward pass";
-        check_io(what, stream, encoded, nullptr, params);
-        require_gpu(encoded.device);
-        if (!is_fused_loss_kind(kind))
-            throw UnsupportedError(msg(describe(), " ", what, ": the loss is not one the kernel computes (L2, L1, "
-                                       "RelativeL2, RelativeL1, MAPE, SMAPE)"));
-        const int64_t rows = encoded.rows, n_out = n_output_dims();
-        check_arg(what, "target", target, rows, n_out, DType::f32, encoded.device);
-        check_arg(what, "values", values, rows, n_out, DType::f32, encoded.device);
-        if (dL_dencoded)
-            check_arg(what, "dL_dencoded", *dL_dencoded, rows, n_input_dims(), encoded.dtype, encoded.device);
-        if (rows == 0) return false;  // the caller's unfused path handles the empty batch
-        const ffm::FusedLoss loss{kind, loss_scale, target, values, output_dtype() == DType::f32};
-        return ffm::gpu_backward(m_layout, param_dtype(), stream, encoded, ConstView(), dL_dencoded, dL_dparams, params,
-                                 GradMode::overwrite, &loss, &grid);
-    }
-#endif  // TNN_WITH_GPU
-
 private:
     void backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
                        View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
@@ -440,17 +417,6 @@ void fused_loss_backward(const Module& model, const Stream& stream, ConstView in
                                    "RelativeL2, RelativeL1, MAPE, SMAPE"));
     net->fused_loss_backward(stream, input, target, kind, loss_scale, values, dL_dinput, dL_dparams, params);
 }
-
-#if defined(TNN_WITH_GPU)
-bool fused_loss_backward_grid(const Module& model, const Stream& stream, const grid_gpu::FusedInput& grid,
-                              ConstView encoded, ConstView target, LossKind kind, float loss_scale, View values,
-                              View* dL_dencoded, void* dL_dparams, const void* params) {
-    const auto* net = dynamic_cast<const FullyFusedMlp*>(&model);
-    if (!net || !can_fuse_loss(model, encoded.device, kind)) return false;
-    return net->fused_loss_backward_grid(stream, grid, encoded, target, kind, loss_scale, values, dL_dencoded,
-                                         dL_dparams, params);
-}
-#endif  // TNN_WITH_GPU
 
 }  // namespace ffm
 

@@ -5,7 +5,6 @@
 #if defined(TNN_WITH_GPU)
 #include "networks/fully_fused_mlp.h"
 
-#include "encodings/grid_gpu.h"
 #include "gpu/gpu.h"
 
 #include <algorithm>
@@ -179,35 +178,9 @@ void gpu_forward(const MlpLayout& layout, DType dtype, const Stream& stream, Con
     dispatch(dtype, layout.width, [&](auto k) { decltype(k)::forward(a, grid, stream.native()); });
 }
 
-namespace {
-
-// Whether the grid-input kernel of n_dims (launch_backward_grid_input) compiled as the wgmma kernel it
-// extends: its warps, no local memory, the wgmma instructions. Read once per (device, n_dims).
-bool grid_input_kernel_ok(int device, uint32_t n_dims) {
-#if defined(TNN_WITH_CUDA)
-    static std::mutex mutex;
-    static std::map<std::pair<int, uint32_t>, bool> cache;
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto key = std::make_pair(device, n_dims);
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-    const int max_smem = static_cast<int>(gpu::device_properties(device).smem_per_block_optin);
-    const KernelInfo info = backward_grid_input_info(max_smem, n_dims);
-    const bool ok = info.wgmma && info.max_warps == wgmma_backward_warps(64) && info.local_bytes == 0;
-    cache.emplace(key, ok);
-    return ok;
-#else
-    (void)device, (void)n_dims;
-    return false;
-#endif  // TNN_WITH_CUDA
-}
-
-}  // namespace
-
-bool gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, ConstView dL_doutput,
-                  View* dL_dinput, void* dL_dparams, const void* params, GradMode mode, const FusedLoss* loss,
-                  const grid_gpu::FusedInput* grid_input) {
-    if (!dL_dinput && !dL_dparams) return true;
+void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, ConstView dL_doutput,
+                  View* dL_dinput, void* dL_dparams, const void* params, GradMode mode, const FusedLoss* loss) {
+    if (!dL_dinput && !dL_dparams) return;
     const int device = stream.device().index;
     gpu::DeviceGuard guard(device);
     const PlanOverride o = plan_override();
@@ -319,12 +292,6 @@ bool gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         a.dy_vec = copy_vector_bytes(a.target, a.target_stride * 4, int64_t(layout.n_output_dims) * 4);
     }
 
-    // The grid-input kernel is the width-64 float16 wgmma kernel's (same plan, same dW order): anything
-    // else goes back to the caller before a launch.
-    if (grid_input && !(loss && a.bwd.wgmma && dtype == DType::f16 && layout.width == 64 && !a.in_f32 &&
-                        grid_input_kernel_ok(device, grid_input->n_dims)))
-        return false;
-
     // One block (small batches): the kernel writes dL/dparams itself; no partials (unless its
     // accumulators live in global memory) and no reduction launch. Not the wgmma kernel: its slot
     // takes red.global.add, which the block would have to fence before reading the slot back.
@@ -346,12 +313,7 @@ bool gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
         std::lock_guard<std::mutex> lock(g_last_backward_mutex);
         g_last_backward = LastBackward{a.bwd, a.dx ? a.dx_vec : 0};
     }
-#if defined(TNN_WITH_CUDA)
-    if (grid_input)
-        launch_backward_grid_input(a, *grid_input, grid, stream.native());
-    else
-#endif  // TNN_WITH_CUDA
-        dispatch(dtype, layout.width, [&](auto k) { decltype(k)::backward(a, grid, stream.native()); });
+    dispatch(dtype, layout.width, [&](auto k) { decltype(k)::backward(a, grid, stream.native()); });
     if (dL_dparams && !direct) {
         const auto s = gpu::native_stream(stream);
         const unsigned blocks = static_cast<unsigned>(gpu::ceil_div<int64_t>(n_params, 32));
@@ -364,7 +326,6 @@ bool gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, Co
                 a.dw_partials, grid, a.shape, static_cast<gpu_bf16*>(dL_dparams), accumulate);
         TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_reduce_kernel");
     }
-    return true;
 }
 
 }  // namespace tnn::ffm

@@ -12,10 +12,6 @@
 #include <cstdint>
 #include <string>
 
-namespace tnn::grid_gpu {
-struct FusedInput;  // encodings/grid_gpu.h
-}  // namespace tnn::grid_gpu
-
 namespace tnn::ffm {
 
 // Widths the kernels are instantiated for.
@@ -305,9 +301,6 @@ BackwardPlan plan_backward(const Shape& s, int in_bytes, int dy_bytes, Activatio
                            const DeviceLimits& d, const PlanOverride& o = {}, const DeviceLimits* d_mt2 = nullptr);
 
 // ---- Kernel arguments (one struct for every kernel; passed by value as a __grid_constant__).
-// The backward kernel's input source when its input tile comes from the input rows (fully_fused_mlp_kernels.cuh).
-struct NoInputSource {};
-
 struct KernelArgs {
     Shape shape;
     int64_t rows = 0;
@@ -380,14 +373,9 @@ struct FusedLoss {
     View values;       // [rows, n_out] fp32
     bool output_f32;   // the network's output dtype is fp32 (else its dtype): how the output is rounded
 };
-// grid_input (the fused step only, with loss): the kernel computes its input tiles from this grid's
-// forward pass (`input` then gives only the rows and the 16-bit layout of the encoding it stands for).
-// Returns false, having launched nothing, where the plan is not one the grid-input kernels cover (they
-// are the width-64 float16 wgmma kernel's); the caller then runs the encoding's forward pass and this
-// call without grid_input. true otherwise (and always without grid_input).
-bool gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, ConstView dL_doutput,
+void gpu_backward(const MlpLayout& layout, DType dtype, const Stream& stream, ConstView input, ConstView dL_doutput,
                   View* dL_dinput, void* dL_dparams, const void* params, GradMode mode,
-                  const FusedLoss* loss = nullptr, const grid_gpu::FusedInput* grid_input = nullptr);
+                  const FusedLoss* loss = nullptr);
 // Whether the wgmma backward kernel of `dtype` and `width` (64 or 128) runs on GPU `device`
 // (DeviceLimits::wgmma): an sm_90 device and a build with sm_90a machine code and no plain sm_90 code
 // (TNN_CUDA_WGMMA, set by CMake; the GPU tests check it on the H200).
@@ -410,18 +398,6 @@ LastBackward last_backward();
 bool can_fuse_loss(const Module& model, Device device, LossKind kind);
 void fused_loss_backward(const Module& model, const Stream& stream, ConstView input, ConstView target, LossKind kind,
                          float loss_scale, View values, View* dL_dinput, void* dL_dparams, const void* params);
-#if defined(TNN_WITH_GPU)
-// The same with the input encoding's forward pass inside the kernel: `encoded` stands for the grid's
-// output [rows, n_input_dims] float16 (its data is not read: a view of dL_dencoded will do), `grid` says
-// how to compute it. Returns false, having launched nothing, where the kernels do not cover the plan
-// (gpu_backward); otherwise the results are fused_loss_backward's on the grid's encoded rows, bit for bit.
-bool fused_loss_backward_grid(const Module& model, const Stream& stream, const grid_gpu::FusedInput& grid,
-                              ConstView encoded, ConstView target, LossKind kind, float loss_scale, View values,
-                              View* dL_dencoded, void* dL_dparams, const void* params);
-// The grid-input kernel's launch (fully_fused_grid_w64_f16.cu; CUDA builds): the wgmma backward kernel of
-// width 64, float16, computing its input tiles from `grid` (2 or 3 dimensions, 2 features per level).
-void launch_backward_grid_input(const KernelArgs& args, const grid_gpu::FusedInput& grid, int blocks, void* stream);
-#endif  // TNN_WITH_GPU
 
 // Largest of 16/8/4/2 bytes dividing the address, the row pitch and the row size of a tensor.
 int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes);
@@ -451,10 +427,5 @@ template <typename H, int W> struct Kernels {
     static void forward(const KernelArgs& args, int grid, void* stream);
     static void backward(const KernelArgs& args, int grid, void* stream);
 };
-
-#if defined(TNN_WITH_GPU)
-// The grid-input kernel's attributes (fully_fused_grid_w64_f16.cu), as Kernels::backward_info.
-KernelInfo backward_grid_input_info(int max_smem, uint32_t n_dims);
-#endif  // TNN_WITH_GPU
 
 }  // namespace tnn::ffm

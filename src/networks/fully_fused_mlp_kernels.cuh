@@ -1370,14 +1370,9 @@ __device__ __forceinline__ void store_dx_chunk(const KernelArgs& args, const flo
 
 // WG: the wgmma flavour (wgmma_backward_shape; W = 64 or 128, RELU, MT = 1, launched with
 // wgmma_backward_warps(W) warps).
-// SRC: where the input tile comes from. NoInputSource: the input rows (args.in, staged with cp.async).
-// Otherwise SRC computes each warp's rows itself: src.encode_tile<T, SW>(tile, stride, row0, valid, n_in,
-// pin, pad_value, lane) writes them, n_in values and padding (fully_fused_grid_w64_f16.cu: the grid's
-// forward pass inside the fused training step); args.in is unused.
-template <typename T, int W, bool RELU, int MT, bool WG = false, class SRC = NoInputSource>
+template <typename T, int W, bool RELU, int MT, bool WG = false>
 __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
-    fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args, const __grid_constant__ SRC src) {
-    constexpr bool kOwnInput = !std::is_same_v<SRC, NoInputSource>;
+    fully_fused_mlp_backward_kernel(const __grid_constant__ KernelArgs args) {
     static_assert(!WG || ((W == 64 || W == 128) && RELU && MT == 1 &&
                           backward_max_warps(W, RELU, MT) == wgmma_backward_warps(W)),
                   "the wgmma backward kernels are the one-tile ReLU kernels of widths 64 and 128");
@@ -1440,12 +1435,10 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         return static_cast<int>(min(max(args.rows - (tile * R + warp * RW), int64_t(0)), int64_t(RW)));
     };
     auto issue_input = [&](int64_t tile) {
-        if constexpr (!kOwnInput) {
-            const int64_t row0 = tile * R + warp * RW;
-            const int valid = rows_valid(tile);
-            rows_to_smem<kStraightCopies<W>>(args.in_vec, raw, p.raw_stride, in_base + (valid > 0 ? row0 * in_pitch : 0),
-                                             in_pitch, in_base, s.n_in * in_bytes, RW, valid, lane);
-        }
+        const int64_t row0 = tile * R + warp * RW;
+        const int valid = rows_valid(tile);
+        rows_to_smem<kStraightCopies<W>>(args.in_vec, raw, p.raw_stride, in_base + (valid > 0 ? row0 * in_pitch : 0), in_pitch, in_base,
+                     s.n_in * in_bytes, RW, valid, lane);
     };
     // dy rows go through shared memory: dL/doutput (unfused) or the staged target (fused step).
     const bool stage_dy = p.dy_in_smem && (!args.fused_loss || args.staged_target);
@@ -1492,12 +1485,8 @@ __global__ void __launch_bounds__(backward_max_warps(W, RELU, MT) * 32, 1)
         const int64_t row0 = tile * R + warp * RW;
         const int valid = rows_valid(tile);
         const int wrow = warp * RW;  // first block-local row of this warp
-        if constexpr (kOwnInput)
-            src.template encode_tile<T, SW>(X + wrow * p.x_stride, p.x_stride, row0, valid, s.n_in, s.pin, args.pad_value,
-                                            lane);
-        else
-            raw_to_tile<T, kStraightCopies<W>, SW>(raw, p.raw_stride, X + wrow * p.x_stride, p.x_stride, RW, s.n_in, s.pin,
-                                                   args.in_f32, args.pad_value, lane);
+        raw_to_tile<T, kStraightCopies<W>, SW>(raw, p.raw_stride, X + wrow * p.x_stride, p.x_stride, RW, s.n_in, s.pin,
+                                               args.in_f32, args.pad_value, lane);
         __syncwarp();
         const bool has_next = tile + gridDim.x < n_tiles;
         // target_in_raw (kDyInPlace kernels only): this tile's target rows into the raw rows now, the next
@@ -1957,15 +1946,15 @@ template <typename H, int W> void Kernels<H, W>::backward(const KernelArgs& args
                     !wgmma_backward_shape(sh.width, sh.pin, sh.pout, sh.bias))
                     throw Error(msg("FullyFusedMLP: a wgmma backward plan for a shape or block it does not cover (",
                                     args.bwd.n_warps, " warps, ", sh.pin, " -> ", sh.width, " -> ", sh.pout, ")"));
-                fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT, true><<<grid, block, args.bwd.smem_bytes, s>>>(args, NoInputSource{});
+                fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT, true><<<grid, block, args.bwd.smem_bytes, s>>>(args);
             } else {
                 throw Error(msg("FullyFusedMLP: a wgmma backward plan reached the width-", W, " kernels (", MT,
                                 " m16 tiles per warp); only widths 64 and 128 with one tile have one"));
             }
         } else if (args.relu) {
-            fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args, NoInputSource{});
+            fully_fused_mlp_backward_kernel<device_of<H>, W, true, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args);
         } else {
-            fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args, NoInputSource{});
+            fully_fused_mlp_backward_kernel<device_of<H>, W, false, MT><<<grid, block, args.bwd.smem_bytes, s>>>(args);
         }
     });
     TNN_GPU_CHECK_LAUNCH("fully_fused_mlp_backward_kernel");
