@@ -9,7 +9,8 @@ measured timings and the device test results valid.
 
 --strip REGEX (repeatable) removes matches from the kernel names of both trees before they are paired,
 for a change that renames kernels without touching their code (e.g. a new defaulted template argument
-and an unused parameter: --strip NS0_13NoInputSourceE --strip 'vNS0_10KernelArgsE.*$').
+and an unused parameter: one --strip for the argument's mangled type, one for the parameter list).
+Two kernels of one tree whose names become equal are an error, not a silent pairing.
 """
 import argparse
 import hashlib
@@ -23,8 +24,9 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def text_sections(path):
-    """{kernel section name: (sha1, size)} of the .text.* sections of an ELF64 cubin."""
+def text_sections(path, strip=()):
+    """{kernel section name: (sha1, size)} of the .text.* sections of an ELF64 cubin; the regexes in
+    `strip` are removed from the names."""
     data = open(path, "rb").read()
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
@@ -41,6 +43,10 @@ def text_sections(path):
             # Kernels in an anonymous namespace carry a hash of the file's path, which differs between
             # the two trees: the name is compared without it.
             kernel = re.sub(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_\w*?_[0-9a-f]{8}", "(anonymous)", name[len(".text."):])
+            for r in strip:
+                kernel = re.sub(r, "", kernel)
+            if kernel in out:
+                sys.exit(f"compare_sass: two kernels of {path} are both named {kernel} after --strip")
             out[kernel] = (hashlib.sha1(data[off:off + size]).hexdigest(), size)
     return out
 
@@ -69,14 +75,6 @@ def main():
     ap.add_argument("--strip", action="append", default=[], help="regex removed from kernel names before pairing")
     a = ap.parse_args()
 
-    def renamed(sections):
-        out = {}
-        for name, v in sections.items():
-            for r in a.strip:
-                name = re.sub(r, "", name)
-            out[name] = v
-        return out
-
     differ = 0
     with tempfile.TemporaryDirectory() as tmp:
         base_root = os.path.join(tmp, "base")
@@ -89,7 +87,7 @@ def main():
             old, new = os.path.join(tmp, "old.cubin"), os.path.join(tmp, "new.cubin")
             compile_cubin(a.nvcc, base_root, rel, a.arch, old, base_exact)
             compile_cubin(a.nvcc, REPO, rel, a.arch, new, head_exact)
-            before, after = renamed(text_sections(old)), renamed(text_sections(new))
+            before, after = text_sections(old, a.strip), text_sections(new, a.strip)
             for k in sorted(set(before) | set(after)):
                 same = before.get(k) == after.get(k)
                 differ += not same
