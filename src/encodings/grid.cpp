@@ -228,7 +228,8 @@ private:
 
     // ---- backward -------------------------------------------------------------------------------
     // dL/dV_c[f] += W_c g_{l,f} (Nearest: the lower vertex; stochastic: one sampled corner),
-    // dL/dx_d = sum_l sum_c dW_c/dx_d sum_f g_{l,f} V_c[f].
+    // dL/dx_d = sum_l sum_c dW_c/dx_d sum_f g_{l,f} (V_c[f] - V_0[f])  (grid::value_step: the weights
+    // sum to 1, so their derivatives sum to 0 and corner 0's value can be taken off every corner's).
 
     static float context_max_level(const Context& ctx) {
         const auto* c = dynamic_cast<const GridContext*>(&ctx);
@@ -319,11 +320,13 @@ private:
                     const GridLevel& L = m_levels[l];
                     locate(in, r, L, axis);
                     const T* V = params + static_cast<size_t>(L.offset) * n_feat();
+                    const size_t e0 = static_cast<size_t>(corner_entry(L, axis, 0)) * n_feat();
                     for (uint32_t c = 0; c < n_corners(); ++c) {
                         const size_t e = static_cast<size_t>(corner_entry(L, axis, c)) * n_feat();
                         A gv = A(0);
                         for (uint32_t f = 0; f < n_feat(); ++f)
-                            gv += load_as<T>(dL_dout, r, l * n_feat() + f) * static_cast<A>(V[e + f]);
+                            gv += load_as<T>(dL_dout, r, l * n_feat() + f) *
+                                  grid::value_step(static_cast<A>(V[e + f]), static_cast<A>(V[e0 + f]));
                         grid::corner_weight_gradient(m_options.n_dims, axis, c, grad);
                         for (uint32_t d = 0; d < m_options.n_dims; ++d) dx[d] += grad[d] * gv;
                     }
@@ -338,7 +341,8 @@ private:
     //   dL'/dg_{l,f} = sum_c E_c V_c[f],  E_c = sum_g v_g dW_c/dx_g
     //   dL'/dV_c[f] += g_{l,f} E_c
     //   dL'/dx_h     = sum_l sum_c (sum_g v_g d2W_c/(dx_g dx_h)) sum_f g_{l,f} V_c[f]
-    // Nearest has zero derivatives in x, so all three vanish.
+    // Nearest has zero derivatives in x, so all three vanish. The rows' sums take V_c - V_0 for V_c, as
+    // dL/dx does: E_c and the Hessian terms sum to 0 over the corners as well.
 
     void backward_backward_input_impl(const Stream& stream, const Context& ctx, ConstView in, ConstView dL_ddLdin,
                                       ConstView dL_dout, View* dL_ddLdout, View* dL_din, void* dL_dparams,
@@ -379,6 +383,7 @@ private:
                         const GridLevel& L = m_levels[l];
                         locate(in, r, L, axis);
                         const T* V = params + static_cast<size_t>(L.offset) * n_feat();
+                        const size_t e0 = static_cast<size_t>(corner_entry(L, axis, 0)) * n_feat();
                         for (uint32_t c = 0; c < n_corners(); ++c) {
                             const size_t e = static_cast<size_t>(corner_entry(L, axis, c)) * n_feat();
                             grid::corner_weight_gradient(m_options.n_dims, axis, c, grad);
@@ -386,7 +391,7 @@ private:
                             for (uint32_t d = 0; d < m_options.n_dims; ++d) E += v[d] * grad[d];
                             A gv = A(0);
                             for (uint32_t f = 0; f < n_feat(); ++f) {
-                                const A val = static_cast<A>(V[e + f]);
+                                const A val = grid::value_step(static_cast<A>(V[e + f]), static_cast<A>(V[e0 + f]));
                                 dg[f] += E * val;
                                 gv += load_as<T>(dL_dout, r, l * n_feat() + f) * val;
                             }

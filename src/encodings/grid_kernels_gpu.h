@@ -1605,7 +1605,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- input gradient and second-order rows (one thread per row; grid_math.h's functions as is) --------
 
-// dL/dx_d = sum_l sum_c dW_c/dx_d sum_f g_{l,f} V_c[f] (zero for Nearest).
+// dL/dx_d = sum_l sum_c dW_c/dx_d sum_f g_{l,f} (V_c[f] - V_0[f]) (zero for Nearest; grid::value_step).
 template <typename T, uint32_t D, uint32_t F>
 __global__ void __launch_bounds__(kThreads)
     grid_input_grad_kernel(const KernelArgs a, int64_t rows, const float* __restrict__ x, int64_t x_stride,
@@ -1628,7 +1628,7 @@ __global__ void __launch_bounds__(kThreads)
             cell[d] = axis[d].cell;
         }
         const CornerTerms<D> t = corner_terms<D>(L, cell, a.factors);
-        float gl[F];
+        float gl[F], val0[F];
         load_gradient<T, F>(g, row, g_stride, l, gl);
 #pragma unroll(kUnroll<(1u << D)>)
         for (uint32_t c = 0; c < (1u << D); ++c) {
@@ -1636,7 +1636,10 @@ __global__ void __launch_bounds__(kThreads)
             load_entry<T, F>(V, corner_entry<D>(a, L, t, cell, c), val);
             float gv = 0.0f;
             TNN_UNROLL
-            for (uint32_t f = 0; f < F; ++f) gv += gl[f] * val[f];
+            for (uint32_t f = 0; f < F; ++f) {
+                if (c == 0) val0[f] = val[f];
+                gv += gl[f] * grid::value_step(val[f], val0[f]);
+            }
             grid::corner_weight_gradient(D, axis, c, grad);
             TNN_UNROLL
             for (uint32_t d = 0; d < D; ++d) dx[d] += grad[d] * gv;
@@ -1677,7 +1680,7 @@ __global__ void __launch_bounds__(kThreads)
                 cell[d] = axis[d].cell;
             }
             const CornerTerms<D> t = corner_terms<D>(L, cell, a.factors);
-            float gl[F];
+            float gl[F], val0[F];
             load_gradient<T, F>(g, row, g_stride, l, gl);
 #pragma unroll(kUnroll<(1u << D)>)
             for (uint32_t c = 0; c < (1u << D); ++c) {
@@ -1690,8 +1693,10 @@ __global__ void __launch_bounds__(kThreads)
                 float gv = 0.0f;
                 TNN_UNROLL
                 for (uint32_t f = 0; f < F; ++f) {
-                    dg[f] += E * val[f];
-                    gv += gl[f] * val[f];
+                    if (c == 0) val0[f] = val[f];
+                    const float step = grid::value_step(val[f], val0[f]);
+                    dg[f] += E * step;
+                    gv += gl[f] * step;
                 }
                 if (dx_out) {
                     grid::corner_weight_hessian_dot(D, axis, c, vd, hv);

@@ -226,6 +226,14 @@ TNN_HD inline void corner_weight_gradient(uint32_t n_dims, const AxisWeight<F>* 
     }
 }
 
+// A corner's value as the x-derivatives use it: V_c - V_0, corner 0's value taken off. The corner
+// weights sum to 1 at every x, so every derivative of them sums to 0 over the corners, and
+// sum_c dW_c V_c = sum_c dW_c (V_c - V_0). Neighbouring values are close (a smooth field), so the
+// differences are small and exact where they are within a factor 2 (Sterbenz); summed as V_c the
+// terms are large, of both signs, and cancel, losing bits of the result (tcnn takes differences along
+// each dimension, V_hi - V_lo, for the same reason).
+template <typename F> TNN_HD inline F value_step(F value, F value_at_corner0) { return value - value_at_corner0; }
+
 // out_h = sum_g v_g d2W_c/(dx_g dx_h): the Hessian of the corner weight applied to a direction v
 // (the second-order pass's dL'/d(dL/dx)). Off-diagonal terms come from the product structure and
 // exist for Linear too; the diagonal needs w'' (zero for Linear).

@@ -3,6 +3,7 @@
 // outputs, fp64 finite-difference first and second derivatives for every option, coarse-to-fine,
 // tcnn's initialisation order, thread-count independence and config errors.
 #include "encodings/grid_math.h"
+#include "grid_accuracy.h"
 #include "test_util.h"
 
 #include <algorithm>
@@ -585,6 +586,9 @@ TEST(Grid, ReducedPrecisionGradients) {
         expect_close(dxlo.to_double_vector(), dx32.to_double_vector(), 0, 4 * dtype_epsilon(DType::f32), "dL/dx");
     }
 }
+
+// The encoding's x-derivatives where the field is nearly constant (tests/grid_accuracy.h).
+TEST(Grid, InputGradientsOfANearlyConstantFieldAreAccurate) { expect_accurate_input_gradients_of_a_flat_field(kCpu); }
 
 // ---- config errors ---------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@
 
 #include "encodings/grid_gpu.h"
 #include "encodings/grid_math.h"
+#include "grid_accuracy.h"
 
 #include <cmath>
 #include <cstring>
@@ -513,6 +514,14 @@ struct SwitchGuard {
 };
 
 #ifdef TNN_WITH_GPU
+// The fp32 kernels' x-derivatives where the field is nearly constant: the CPU test's bound
+// (tests/grid_accuracy.h) against the fp64 CPU reference.
+TEST(GridGpu, InputGradientsOfANearlyConstantFieldAreAccurate) {
+    TNN_SKIP_WITHOUT_GPU();
+    TestStream stream(Device::gpu(0));
+    expect_accurate_input_gradients_of_a_flat_field(stream);
+}
+
 TEST(GridGpu, DeterministicGradientIsBitwiseReproducible) {
     TNN_SKIP_WITHOUT_GPU();
     SwitchGuard guard;
