@@ -16,7 +16,8 @@ namespace tnn::test {
 // sum dW_c/dx V_c over corners whose weight derivatives sum to 0, so summed as V_c their terms are
 // about 500 times the result and cancel. Taken as V_c - V_0 (grid::value_step) the terms are of the
 // result's size. Positions are exact in fp32 (x = k / 1024, integer scales with per_level_scale 2), so
-// fp32 and fp64 see the same cells and weights, and the fp32 error is rounding only, bounded per row
+// fp32 and fp64 see the same cells and fractions (Linear weights exact too; Smoothstep's polynomial is
+// rounded, counted below), and the fp32 error is rounding only, bounded per row
 // by eps32 x (roundings in one term and the sum) x S, S the sum of the terms' magnitudes:
 //   dL/dx_d:          S = sum_l |dw_d/dx| sum_f |g_lf| max|V_c - V_0|, since sum_c |dW_c/dx_d| = |dw_d/dx|
 //   dL'/d(dL/dy)_lf:  S = sum_d |v_d| |dw_d/dx| max|V_c - V_0|
