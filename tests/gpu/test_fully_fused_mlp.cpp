@@ -526,6 +526,7 @@ TEST(FullyFusedMlpGpuPlans, WgmmaBackwardAtWidth128MatchesTheReferenceAndTheMmaS
 // that 16-bit rows take 4-value stores, a last group of 1, 2 or 3 columns at input widths 5, 6, 3 and
 // 7, and the padding must keep its sentinels), where the launcher's choice is checked too
 // (last_backward().dx_vec).
+#ifdef TNN_WITH_GPU  // ffm::last_backward exists in GPU builds only
 TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
     TNN_SKIP_WITHOUT_GPU();
     const Device dev = Device::gpu(0);
@@ -609,6 +610,7 @@ TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
                     }
                 }
 }
+#endif  // TNN_WITH_GPU
 
 TEST(FullyFusedMlpGpuProps, TrainingIsBitwiseReproducible) {
     TNN_SKIP_WITHOUT_GPU();
