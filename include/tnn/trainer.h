@@ -32,6 +32,8 @@ public:
     // and pdf views (pointers, shapes, strides, dtypes), the step is captured into a graph, and later
     // steps with those views replay it; other views rebuild it after three steps. Results equal
     // uncaptured steps bit for bit. On by default; a capture that fails logs a warning and turns it off.
+    // Steps on the legacy default stream (a null native handle), which cannot capture, run their graph
+    // on a stream of the trainer's own, ordered after the caller's earlier work and before its later work.
     // A graph keeps the host-side module settings it was captured with (a grid's set_max_level): after
     // changing one, set_use_graphs(false) then (true) drops the graph.
     void set_use_graphs(bool on);
@@ -67,12 +69,20 @@ public:
     const void* params() const;
     std::vector<float> params_host(const Stream& stream) const;
     void set_params(const Stream& stream, const float* host_params_fp32);  // also resets the optimizer state
+    // Master weights in caller memory (e.g. a PyTorch tensor shared with a module): from now on the
+    // trainer reads and updates the n_params() fp32 values at `params_fp32` (memory of device(), kept
+    // alive by the caller) instead of its own copy, whose values are dropped. Every step starts by
+    // rounding them into the model-dtype copy, so values the caller writes between steps take effect
+    // (the optimizer state is kept, as a PyTorch optimizer keeps its state when weights are loaded).
+    void bind_params(const Stream& stream, float* params_fp32);
 
     // Checkpoints (see checkpoint.h): model config, parameters, optimizer state, step, seed.
     void save(const Stream& stream, const std::string& path) const;
     void load(const Stream& stream, const std::string& path);  // config must match this trainer's
 
 private:
+    void refresh_param_copy(const Stream& stream);  // the model-dtype copy from the master weights
+
     struct Impl;
     std::unique_ptr<Impl> m_impl;
     std::shared_ptr<Module> m_model;

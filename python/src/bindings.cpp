@@ -1,6 +1,8 @@
 // tinycudann._C: the compiled half of the Python package. It never includes torch headers: tensors
 // cross as raw addresses (Python ints), row counts, dtype names, a device index and a native stream
 // handle, so one build works with every torch version. Nothing here synchronises a device.
+#include "trainer_bindings.h"
+
 #include <tnn/tnn.h>
 
 #include <pybind11/pybind11.h>
@@ -46,6 +48,7 @@ struct NativeContext {
 class NativeModule {
 public:
     explicit NativeModule(std::shared_ptr<tnn::Module> m) : m_module(std::move(m)) {}
+    const std::shared_ptr<tnn::Module>& shared() const { return m_module; }
 
     uint32_t n_input_dims() const { return m_module->n_input_dims(); }
     uint32_t n_output_dims() const { return m_module->n_output_dims(); }
@@ -210,6 +213,8 @@ PYBIND11_MODULE(_C, m) {
     m.def("network_dtype", [](const py::object& config) { return std::string(tnn::dtype_name(tnn::network_dtype(to_json(config)))); });
     m.def("encoding_names", &tnn::encoding_names);
     m.def("network_names", &tnn::network_names);
+
+    bind_trainer(m, [](py::handle h) { return h.cast<const NativeModule&>().shared(); });
 
     m.def("version", &tnn::version);
     m.def("has_gpu_backend", &tnn::has_gpu_backend);

@@ -17,6 +17,7 @@ from .modules import (
     free_temporary_memory,
     supports_jit_fusion,
 )
+from .trainer import Trainer
 
 __version__ = _C.version()
 
@@ -25,6 +26,7 @@ __all__ = [
     "Module",
     "Network",
     "NetworkWithInputEncoding",
+    "Trainer",
     "free_temporary_memory",
     "supports_jit_fusion",
 ]

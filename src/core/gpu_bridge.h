@@ -36,6 +36,11 @@ bool is_capturing(const Stream& stream);
 void* end_capture(const Stream& stream);
 void abort_capture(const Stream& stream) noexcept;  // after an exception inside a capture: ends and discards it
 void launch_graph(const Stream& stream, void* graph);
+// A non-blocking stream of the device's own (the Trainer's graphs for callers on the legacy default stream).
+void* create_stream(int device);
+void destroy_stream(int device, void* stream) noexcept;
+// Later work on `waiter` waits for the work queued on `producer` so far (an event between them).
+void stream_wait(const Stream& waiter, const Stream& producer);
 void destroy_graph(int device, void* graph) noexcept;  // may be called while launches are in flight
 
 }  // namespace tnn::gpu_bridge

@@ -369,4 +369,20 @@ void free_temporary(const Stream& stream, void* ptr, size_t) noexcept { temporar
 
 void free_temporary_memory() { release_cached(); }
 
+void* create_stream(int device) {
+    DeviceGuard guard(device);
+    gpu_stream_t s = nullptr;
+    TNN_GPU_CHECK(gpu_stream_create_with_flags(&s, gpu_stream_non_blocking));
+    return s;
+}
+
+void destroy_stream(int device, void* stream) noexcept {
+    if (!stream) return;
+    DeviceGuard guard(device);
+    (void)gpu_stream_destroy(static_cast<gpu_stream_t>(stream));
+    (void)gpu_get_last_error();
+}
+
+void stream_wait(const Stream& waiter, const Stream& producer) { gpu::stream_wait(waiter, producer); }
+
 }  // namespace tnn::gpu_bridge

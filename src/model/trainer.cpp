@@ -53,6 +53,12 @@ const Module* fusable_network(const Module& model, const Loss& loss, Device devi
 
 struct Trainer::Impl {
     Buffer params_fp32, params, grads;
+    float* external_fp32 = nullptr;  // bind_params: the caller's master weights, else params_fp32
+    float* master() const { return external_fp32 ? external_fp32 : params_fp32.ptr<float>(); }
+    // A step on the legacy default stream, which cannot capture, runs its graph on this stream of the
+    // trainer's own, ordered after and before the caller's work by events.
+    void* own_stream = nullptr;
+    int own_stream_device = 0;
     // Per-step buffers, reused while the batch size stays the same.
     Tensor output, dL_doutput, loss_values, inference_params;
     json config;
@@ -75,7 +81,12 @@ struct Trainer::Impl {
     int graph_device = 0;
     uint64_t captures = 0, graph_steps = 0;
 
-    ~Impl() { drop_graph(); }
+    ~Impl() {
+        drop_graph();
+#ifdef TNN_WITH_GPU
+        if (own_stream) gpu_bridge::destroy_stream(own_stream_device, own_stream);
+#endif  // TNN_WITH_GPU
+    }
     // After anything the graph holds a pointer to changed (per-step buffers, optimizer state arrays).
     void drop_graph() noexcept {
 #ifdef TNN_WITH_GPU
@@ -140,29 +151,51 @@ Trainer::~Trainer() = default;
 
 uint32_t Trainer::step_count() const { return m_optimizer->step_count(); }
 json Trainer::config() const { return m_impl->config; }
-const float* Trainer::params_fp32() const { return m_impl->params_fp32.ptr<float>(); }
+const float* Trainer::params_fp32() const { return m_impl->master(); }
 const void* Trainer::params() const {
-    return m_model->param_dtype() == DType::f32 ? m_impl->params_fp32.data() : m_impl->params.data();
+    return m_model->param_dtype() == DType::f32 ? static_cast<const void*>(m_impl->master()) : m_impl->params.data();
 }
 
 std::vector<float> Trainer::params_host(const Stream& stream) const {
     std::vector<float> out(m_model->n_params());
-    copy_bytes(stream, out.data(), Device::cpu(), m_impl->params_fp32.data(), m_device, out.size() * sizeof(float));
+    copy_bytes(stream, out.data(), Device::cpu(), m_impl->master(), m_device, out.size() * sizeof(float));
     stream.synchronize();
     return out;
 }
 
 void Trainer::set_params(const Stream& stream, const float* host_params) {
     const size_t n = m_model->n_params();
-    copy_bytes(stream, m_impl->params_fp32.data(), m_device, host_params, Device::cpu(), n * sizeof(float));
-    if (m_model->param_dtype() != DType::f32 && n > 0) {
-        const ConstView src(m_impl->params_fp32.data(), DType::f32, m_device, 1, static_cast<int64_t>(n));
-        convert(stream, src, View(m_impl->params.data(), m_model->param_dtype(), m_device, 1, static_cast<int64_t>(n)));
-    }
+    copy_bytes(stream, m_impl->master(), m_device, host_params, Device::cpu(), n * sizeof(float));
+    refresh_param_copy(stream);
     m_optimizer->allocate(m_device, n, m_model->n_matrix_params());
     m_impl->has_loss = false;
     m_impl->drop_graph();  // the optimizer's state arrays are new
     m_impl->expected_step = m_optimizer->step_count();
+}
+
+void Trainer::refresh_param_copy(const Stream& stream) {
+    const auto n = static_cast<int64_t>(m_model->n_params());
+    if (m_model->param_dtype() == DType::f32 || n == 0) return;
+    convert(stream, ConstView(m_impl->master(), DType::f32, m_device, 1, n),
+            View(m_impl->params.data(), m_model->param_dtype(), m_device, 1, n));
+}
+
+void Trainer::bind_params(const Stream& stream, float* params_fp32) {
+    if (!params_fp32) throw ConfigError("Trainer::bind_params: the parameter address is null");
+    if (stream.device() != m_device)
+        throw DeviceError(msg("Trainer::bind_params: the trainer lives on ", m_device.str(), " but got a stream on ",
+                              stream.device().str()));
+    const auto n = static_cast<int64_t>(m_model->n_params());
+    // The same checks as any view the trainer reads (device memory of its GPU, not null).
+    check_view("Trainer::bind_params", "params", ConstView(params_fp32, DType::f32, m_device, 1, n), 1, n, m_device,
+               "the trainer");
+    Impl& s = *m_impl;
+    if (s.external_fp32 != params_fp32) {
+        s.drop_graph();  // it holds the old address
+        s.external_fp32 = params_fp32;
+        s.params_fp32 = Buffer();
+    }
+    refresh_param_copy(stream);
 }
 
 void Trainer::step(const Stream& stream, ConstView input, ConstView target, const ConstView* data_pdf) {
@@ -198,8 +231,8 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
     if (!(m_device.is_gpu() && s.use_graphs && s.graph_step(*this, stream, input, target, data_pdf))) {
         s.forward_loss_backward(*this, stream, input, target, data_pdf);
         const DType t = m_model->param_dtype();
-        void* weights = t == DType::f32 ? s.params_fp32.data() : s.params.data();
-        m_optimizer->step(stream, m_loss_scale, s.params_fp32.ptr<float>(), weights, t, s.grads.data(), t);
+        void* weights = t == DType::f32 ? static_cast<void*>(s.master()) : s.params.data();
+        m_optimizer->step(stream, m_loss_scale, s.master(), weights, t, s.grads.data(), t);
     }
     s.has_loss = true;
     s.expected_step = m_optimizer->step_count();
@@ -207,6 +240,8 @@ void Trainer::step(const Stream& stream, ConstView input, ConstView target, cons
 
 void Trainer::Impl::forward_loss_backward(Trainer& t, const Stream& stream, ConstView input, ConstView target,
                                           const ConstView* data_pdf) {
+    // The caller may have written its master weights since the last step: the step reads them anew.
+    if (external_fp32) t.refresh_param_copy(stream);
     if (fused_net) {
         fused_forward_loss_backward(t, stream, input, target, *fused_net, fused_kind);
         return;
@@ -249,10 +284,11 @@ void Trainer::Impl::fused_forward_loss_backward(Trainer& t, const Stream& stream
 bool Trainer::Impl::graph_step(Trainer& t, const Stream& stream, ConstView input, ConstView target,
                                const ConstView* data_pdf) {
 #ifdef TNN_WITH_GPU
-    // The legacy default stream cannot capture; an optimizer from outside the library has no GPU halves;
-    // a stream the caller is capturing already gets the eager step (whose optimizer refuses it).
+    // An optimizer from outside the library has no GPU halves; a stream the caller is capturing already
+    // gets the eager step (whose optimizer refuses it). The legacy default stream cannot capture: its
+    // graph runs on the trainer's own stream (Impl::own_stream).
     GpuSplitStep* split = gpu_split(*t.m_optimizer);
-    if (!stream.native() || !split || gpu_bridge::is_capturing(stream)) return false;
+    if (!split || gpu_bridge::is_capturing(stream)) return false;
     const StepViews views{stream.native(), input, target, data_pdf ? *data_pdf : ConstView()};
     // The optimizer was reset (new state arrays) behind the trainer's back.
     if (t.m_optimizer->step_count() != expected_step) drop_graph();
@@ -267,34 +303,56 @@ bool Trainer::Impl::graph_step(Trainer& t, const Stream& stream, ConstView input
         if (seen_count <= kStepsBeforeCapture) return false;
     }
 
+    Stream work = stream;
+    if (!stream.native()) {
+        const int dev = t.m_device.index;
+        if (!own_stream) {
+            own_stream = gpu_bridge::create_stream(dev);
+            own_stream_device = dev;
+        }
+        work = Stream::gpu(own_stream, dev);
+        gpu_bridge::stream_wait(work, stream);
+    }
+    // The caller's later work waits for this step however it leaves; a join that fails then has
+    // nothing left to order (the device is in error, and the next call reports it).
+    struct Join {
+        const Stream &caller, &work;
+        ~Join() {
+            if (work.native() == caller.native()) return;
+            try {
+                gpu_bridge::stream_wait(caller, work);
+            } catch (...) {
+            }
+        }
+    } join{stream, work};
     const DType dt = t.m_model->param_dtype();
-    void* weights = dt == DType::f32 ? params_fp32.data() : params.data();
-    const GpuStepArgs args{t.m_loss_scale, params_fp32.ptr<float>(), weights, dt, grads.data(), dt};
+    void* weights = dt == DType::f32 ? static_cast<void*>(master()) : params.data();
+    const GpuStepArgs args{t.m_loss_scale, master(), weights, dt, grads.data(), dt};
     // The optimizer's host half runs on every step, outside the graph: its scalars reach the device
     // before the replayed kernels read them.
-    split->gpu_prepare(stream, args, true);
+    split->gpu_prepare(work, args, true);
     if (!replay) {
         drop_graph();  // one graph at a time: the views of the latest steps replace the old ones
         try {
-            gpu_bridge::begin_capture(stream);
-            forward_loss_backward(t, stream, input, target, data_pdf);
-            split->gpu_record(stream, args);
-            graph = gpu_bridge::end_capture(stream);
+            gpu_bridge::begin_capture(work);
+            forward_loss_backward(t, work, input, target, data_pdf);
+            split->gpu_record(work, args);
+            graph = gpu_bridge::end_capture(work);
             graph_device = t.m_device.index;
             graph_views = views;
             ++captures;
         } catch (const std::exception& e) {
-            gpu_bridge::abort_capture(stream);
+            gpu_bridge::abort_capture(work);
             use_graphs = false;
             log(LogLevel::warning, msg("Trainer: capturing the training step into a graph failed, so steps run "
                                        "without graphs from now on: ", e.what()));
             // The optimizer's host half has run: finish this step eagerly.
-            forward_loss_backward(t, stream, input, target, data_pdf);
-            split->gpu_record(stream, args);
+            forward_loss_backward(t, work, input, target, data_pdf);
+            split->gpu_record(work, args);
             return true;
         }
     }
-    gpu_bridge::launch_graph(stream, graph);
+    gpu_bridge::launch_graph(work, graph);
     ++graph_steps;
     return true;
 #else
