@@ -185,6 +185,31 @@ TEST(Checkpoint, WriteIsAtomic) {
     std::remove(path.c_str());
 }
 
+// Trainer::bind_params on the CPU: the same steps as with the trainer's own weights, bit for bit; the
+// trainer updates the caller's memory; values written there between steps are what the next step reads.
+TEST(Trainer, BoundParamsEqualOwnedOnes) {
+    Trainer own(2, 2, small_config(), Device::cpu(), 5), ext(2, 2, small_config(), Device::cpu(), 5);
+    std::vector<float> external = own.params_host(Stream::cpu());
+    for (float& v : external) v *= 0.5f;
+    own.set_params(Stream::cpu(), external.data());
+    ext.bind_params(Stream::cpu(), external.data());
+    EXPECT_EQ(ext.params_fp32(), external.data());
+    train(own, 5);
+    train(ext, 5);
+    EXPECT_EQ(own.loss(Stream::cpu()), ext.loss(Stream::cpu()));
+    EXPECT_EQ(own.params_host(Stream::cpu()), external);
+    std::vector<float> zero(external.size(), 0.0f);
+    external = zero;
+    Trainer fresh(2, 2, small_config(), Device::cpu(), 5);
+    fresh.set_params(Stream::cpu(), zero.data());
+    train(fresh, 1);
+    Tensor x(64, 2, DType::f32), y(64, 2, DType::f32);
+    make_batch(fresh.step_count() - 1, 64, x, y);
+    ext.step(Stream::cpu(), x.view(), y.view());
+    EXPECT_EQ(ext.loss(Stream::cpu()), fresh.loss(Stream::cpu()));
+    EXPECT_THROW(ext.bind_params(Stream::cpu(), nullptr), ConfigError);
+}
+
 TEST(Trainer, BadCalls) {
     Trainer t(2, 2, small_config(), Device::cpu(), 1);
     Tensor x(4, 2, DType::f32), y(4, 2, DType::f32);

@@ -355,10 +355,13 @@ TEST(GpuTrainerGraphRules, OptOutAndTheLegacyDefaultStream) {
         b1.load(stream, k);
         b2.load(default_stream, k);
         off->step(stream, b1.x.view(), b1.y.view());
-        legacy->step(default_stream, b2.x.view(), b2.y.view());  // cannot be captured: runs eagerly
+        // The legacy stream cannot capture: its graph runs on the trainer's own stream, between the
+        // batch written on the legacy stream before and the weights read on it after.
+        legacy->step(default_stream, b2.x.view(), b2.y.view());
     }
     EXPECT_EQ(off->graph_captures(), 0u);
-    EXPECT_EQ(legacy->graph_captures(), 0u);
+    EXPECT_EQ(legacy->graph_captures(), 1u);
+    EXPECT_EQ(legacy->graph_steps(), 3u);
     expect_same_bits(off->params_host(stream), legacy->params_host(default_stream), "weights");
     // Turning graphs on again: captured at the third step with the same views.
     off->set_use_graphs(true);
@@ -367,6 +370,52 @@ TEST(GpuTrainerGraphRules, OptOutAndTheLegacyDefaultStream) {
         off->step(stream, b1.x.view(), b1.y.view());
     }
     EXPECT_EQ(off->graph_captures(), 1u);
+}
+
+// Trainer::bind_params: master weights in caller memory give the same steps as the trainer's own, bit
+// for bit (eager and graph-replayed, fp16 model: the model-dtype copy rounded from them every step),
+// and values the caller writes between steps are what the next step reads.
+TEST(GpuTrainerBindParams, ExternalMasterWeightsEqualOwnedOnes) {
+    const ModelCase& m = graph_models()[5];  // HashGrid_FullyFusedMLP_f16, deterministic grid
+    SKIP_UNLESS_GPU_MODEL(m);
+    const Device gpu = Device::gpu(0);
+    const json adam = {{"otype", "Adam"}, {"learning_rate", 1e-2}};
+    auto own = make_trainer(build_model(m), adam, gpu);
+    auto ext = make_trainer(build_model(m), adam, gpu);
+    TestStream s1(gpu), s2(gpu);
+    const size_t n = own->model().n_params();
+    std::vector<float> init = own->params_host(s1);
+    for (float& v : init) v *= 1.5f;  // other values than the trainer's initialisation
+    Buffer external(gpu, n * sizeof(float));
+    copy_bytes(s2, external.data(), gpu, init.data(), Device::cpu(), n * sizeof(float));
+    own->set_params(s1, init.data());
+    ext->bind_params(s2, external.ptr<float>());
+    EXPECT_EQ(ext->params_fp32(), external.ptr<float>());
+    Batch b1(777, DType::f32, gpu), b2(777, DType::f32, gpu);
+    for (int k = 0; k < 6; ++k) {
+        b1.load(s1, k);
+        b2.load(s2, k);
+        own->step(s1, b1.x.view(), b1.y.view());
+        ext->step(s2, b2.x.view(), b2.y.view());
+        const double a = own->loss(s1), b = ext->loss(s2);
+        EXPECT_TRUE(loss_bits_equal(a, b)) << "step " << k + 1 << ": " << a << " vs " << b;
+    }
+    EXPECT_EQ(ext->graph_steps(), 4u);
+    std::vector<float> host(n);
+    copy_bytes(s2, host.data(), Device::cpu(), external.data(), gpu, n * sizeof(float));
+    s2.stream().synchronize();
+    expect_same_bits(own->params_host(s1), host, "weights");
+    // Values written into the caller's memory between (graph-replayed) steps: the next step's loss is
+    // that of those weights, as a trainer set to them computes it.
+    copy_bytes(s2, external.data(), gpu, init.data(), Device::cpu(), n * sizeof(float));
+    auto fresh = make_trainer(build_model(m), adam, gpu);
+    fresh->set_params(s1, init.data());
+    b1.load(s1, 100);
+    b2.load(s2, 100);
+    ext->step(s2, b2.x.view(), b2.y.view());
+    fresh->step(s1, b1.x.view(), b1.y.view());
+    EXPECT_TRUE(loss_bits_equal(ext->loss(s2), fresh->loss(s1)));
+    EXPECT_THROW(ext->bind_params(s2, nullptr), ConfigError);
 }
 
 TEST(GpuTrainerCheckpoint, ResumeIsBitExactOnTheGpu) {

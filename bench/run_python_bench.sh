@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The Python API benchmark on a GPU machine in one go: configure and build the CUDA build (Release,
+# sm_90a, the Python package; reused when BUILD is already built), optional GPU tests, then
+# bench/bench_python.py (ours, PyTorch eager / torch.compile, floors) and the C++ fused step of
+# 32->64->16 from bench/bench_mlp.cpp for the Trainer's comparison. Files go to $OUT.
+#
+# Environment: OUT (default out/python_bench), BUILD (default build-gpu), JOBS, CUDA_ARCH (90a),
+# GPU_TESTS (a gtest filter for tnn_gpu_tests, or "all" for the gpu label; default: none),
+# PYTESTS (pytest files under tests/python to run on CUDA; default: none), BENCH_ARGS (extra
+# arguments of bench_python.py, e.g. "--no-compile --only mlp"), SKIP_BENCH=1.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+OUT=${OUT:-$PWD/out/python_bench}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+BUILD=${BUILD:-build-gpu}
+JOBS=${JOBS:-$(nproc)}
+start=$(date +%s)
+status=0
+if [ -x /usr/bin/gcc-13 ] && [ -x /usr/bin/g++-13 ]; then
+  export CC=/usr/bin/gcc-13 CXX=/usr/bin/g++-13 CUDAHOSTCXX=/usr/bin/g++-13
+fi
+[ -d .deps/stb ] && export STB_INCLUDE_DIR=$PWD/.deps/stb/usr/include/stb
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+PY=$(command -v python3)
+
+echo "== build ($BUILD)"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTNN_CUDA=ON -DTNN_CUDA_ARCHITECTURES="${CUDA_ARCH:-90a}" \
+  -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=ON -DPython_EXECUTABLE="$PY" >"$OUT/build.log" 2>&1 &&
+  cmake --build "$BUILD" -j "$JOBS" --target tnn tnn_gpu_tests tinycudann_C >>"$OUT/build.log" 2>&1
+if [ $? -ne 0 ]; then
+  tail -n 60 "$OUT/build.log"
+  echo "RESULT: build FAILED"
+  exit 1
+fi
+echo "built in $(( $(date +%s) - start )) s"
+
+if [ -n "${GPU_TESTS:-}" ]; then
+  echo "== GPU tests: $GPU_TESTS"
+  if [ "$GPU_TESTS" = all ]; then
+    ctest --test-dir "$BUILD" -L gpu -LE python -j 8 --timeout 300 >"$OUT/gpu_tests.log" 2>&1 || status=1
+    tail -n 12 "$OUT/gpu_tests.log"
+  else
+    "$BUILD/tests/tnn_gpu_tests" --gtest_filter="$GPU_TESTS" >"$OUT/gpu_tests.log" 2>&1 || status=1
+    grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|tests ran" "$OUT/gpu_tests.log" | tail -n 20
+  fi
+fi
+if [ -n "${PYTESTS:-}" ]; then
+  echo "== pytest (CUDA): $PYTESTS"
+  (cd tests/python && PYTHONPATH="$PWD/../../$BUILD/python" "$PY" -m pytest -q -rs -p no:cacheprovider $PYTESTS) \
+    >"$OUT/pytest.log" 2>&1 || status=1
+  tail -n 15 "$OUT/pytest.log"
+fi
+if [ -z "${SKIP_BENCH:-}" ]; then
+  echo "== bench_python.py ($(( $(date +%s) - start )) s so far)"
+  PYTHONPATH="$PWD/$BUILD/python" PYTHONUNBUFFERED=1 "$PY" bench/bench_python.py --out "$OUT/bench_python.json" \
+    --md "$OUT/bench_python.md" ${BENCH_ARGS:-} >"$OUT/bench_python.log" 2>&1 || status=1
+  cat "$OUT/bench_python.md" 2>/dev/null || tail -n 30 "$OUT/bench_python.log"
+  echo "== C++ fused step, 32->64->16 (bench_mlp)"
+  "${CXX:-g++}" -O2 -std=c++17 -Iinclude -Isrc -DTNN_WITH_GPU=1 -DTNN_WITH_CUDA=1 -DTNN_VERSION='"bench"' \
+    bench/bench_mlp.cpp "$BUILD/libtnn.a" -L/usr/local/cuda/lib64 -lcudart -lcublasLt -lpthread -o "$BUILD/bench_mlp" \
+    >>"$OUT/build.log" 2>&1 &&
+    "$BUILD/bench_mlp" --out "$OUT/bench_mlp_fused.json" --only "32->64->16" --pass train_fused --quick 2>&1 | tail -n 4
+fi
+echo "done in $(( $(date +%s) - start )) s"
+exit $status
