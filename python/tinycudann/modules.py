@@ -133,6 +133,20 @@ def _check_finite_rows(describe, x):
         )
 
 
+def _check_call(native, x, params):
+    """The checks of Module.forward before any computation."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"tinycudann: {native.describe}: the input must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2 or x.shape[1] != native.n_input_dims:
+        raise TcnnValueError(
+            f"tinycudann: {native.describe}: the input must have shape [batch, {native.n_input_dims}], "
+            f"got {list(x.shape)}"
+        )
+    if x.is_complex():
+        raise TcnnTypeError(f"tinycudann: {native.describe}: complex inputs are not supported, got {x.dtype}")
+    _check_module_params(native, params)
+
+
 def _check_module_params(native, params):
     # The C++ module reads n_params values at params' address: anything else must stop here.
     if not isinstance(params, torch.Tensor):
@@ -588,17 +602,16 @@ class Module(torch.nn.Module):
 
     def forward(self, x):
         native = self._native
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"tinycudann: {native.describe}: the input must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != 2 or x.shape[1] != native.n_input_dims:
-            raise TcnnValueError(
-                f"tinycudann: {native.describe}: the input must have shape [batch, {native.n_input_dims}], "
-                f"got {list(x.shape)}"
-            )
-        if x.is_complex():
-            raise TcnnTypeError(f"tinycudann: {native.describe}: complex inputs are not supported, got {x.dtype}")
         params = self.params
-        _check_module_params(native, params)
+        tracing = torch.jit.is_tracing()
+        if tracing:
+            with warnings.catch_warnings():
+                # The checks compare sizes that are constants of the module; the tracer's warning
+                # that such a comparison "might not generalize" does not apply to them.
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                _check_call(native, x, params)
+        else:
+            _check_call(native, x, params)
         x = _to_params_device(native, x, params)
         # tcnn casts every input to float32 (float64 for float64 modules) and makes it contiguous.
         x = x.to(native.input_dtype).contiguous()
@@ -608,7 +621,7 @@ class Module(torch.nn.Module):
             # Under torch.jit.trace the computation must be an autograd Function even without grad:
             # the tracer records a Function call (and replays it), but not the raw C++ call of
             # _inference, which would leave only the allocation of the output in the trace.
-            if torch.jit.is_tracing() or (torch.is_grad_enabled() and (x.requires_grad or params.requires_grad)):
+            if tracing or (torch.is_grad_enabled() and (x.requires_grad or params.requires_grad)):
                 output = _ModuleFunction.apply(native, self.loss_scale, x, params)
             else:
                 output = _inference(native, x, params)

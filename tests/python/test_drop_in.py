@@ -502,7 +502,7 @@ def test_params_of_another_float_dtype_still_work():
 def check_trace(module, device):
     x = torch.rand(16, 3, device=device)
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("error", torch.jit.TracerWarning)  # nothing says the trace might not generalise
         traced = torch.jit.trace(module, x)
     x2 = torch.rand(41, 3, device=device)  # other values and another batch size
     with torch.no_grad():
