@@ -1,6 +1,8 @@
 // tinycudann._C: the compiled half of the Python package. It never includes torch headers: tensors
 // cross as raw addresses (Python ints), row counts, dtype names, a device index and a native stream
-// handle, so one build works with every torch version. Nothing here synchronises a device.
+// handle, so one build works with every torch version. Nothing here synchronises a device. It also
+// carries the small torch-free part of tcnn's `_C` (Precision, LogSeverity, batch_size_granularity,
+// ...); tcnn's tensor-taking methods live in Python (modules.NativeModule).
 #include "trainer_bindings.h"
 
 #include <tnn/tnn.h>
@@ -36,8 +38,37 @@ tnn::json to_json(const py::object& config) {
 
 py::object to_python(const tnn::json& j) { return py::module_::import("json").attr("loads")(j.dump()); }
 
+// tcnn's precision enum. Fp32 and Fp16 keep tcnn's values: a pickled tcnn Encoding stores its
+// precision as that integer. Bf16 and Fp64 are ours.
+enum class Precision { Fp32 = 0, Fp16 = 1, Bf16 = 2, Fp64 = 3 };
+
+tnn::DType to_dtype(Precision p) {
+    switch (p) {
+        case Precision::Fp32: return tnn::DType::f32;
+        case Precision::Fp16: return tnn::DType::f16;
+        case Precision::Bf16: return tnn::DType::bf16;
+        case Precision::Fp64: return tnn::DType::f64;
+    }
+    throw tnn::DTypeError(tnn::msg("tinycudann: unknown Precision value ", static_cast<int>(p),
+                                   "; valid: Fp32, Fp16, Bf16, Fp64"));
+}
+
+Precision to_precision(tnn::DType t) {
+    switch (t) {
+        case tnn::DType::f32: return Precision::Fp32;
+        case tnn::DType::f16: return Precision::Fp16;
+        case tnn::DType::bf16: return Precision::Bf16;
+        case tnn::DType::f64: return Precision::Fp64;
+    }
+    throw tnn::DTypeError("tinycudann: unknown dtype");
+}
+
+// tcnn's log severities; the library's info and warning map to Info and Warning.
+enum class LogSeverity { Info, Debug, Warning, Error, Success };
+
 // One forward pass's state, kept by the autograd node that made it. It also keeps the module alive,
 // so a context outliving its Python module still points at valid code.
+// A default-constructed one is empty: what tcnn's fwd returns after an inference-only pass.
 struct NativeContext {
     std::shared_ptr<const tnn::Module> module;
     std::unique_ptr<tnn::Context> ctx;
@@ -57,6 +88,8 @@ public:
     std::string param_dtype() const { return tnn::dtype_name(m_module->param_dtype()); }
     std::string output_dtype() const { return tnn::dtype_name(m_module->output_dtype()); }
     std::string input_dtype() const { return tnn::dtype_name(m_module->input_dtype()); }
+    Precision param_precision() const { return to_precision(m_module->param_dtype()); }
+    Precision output_precision() const { return to_precision(m_module->output_dtype()); }
     bool accepts_input_dtype(const std::string& t) const { return m_module->accepts_input_dtype(tnn::parse_dtype(t)); }
     std::string name() const { return m_module->name(); }
     std::string describe() const { return m_module->describe(); }
@@ -150,34 +183,113 @@ void forward_log_to_python(tnn::LogLevel level, const std::string& message) {
     if (PyErr_WarnEx(PyExc_UserWarning, ("tinycudann: " + message).c_str(), 1) != 0) throw py::error_already_set();
 }
 
+// tcnn's set_log_callback(callable(LogSeverity, str)); None restores the UserWarning forwarder. The
+// module attribute _log_callback owns the callable and the C++ callback borrows it, so no C++ static
+// owns a Python object past the interpreter. The library calls its callback under its log mutex:
+// the GIL is released while the callback is swapped (a logging thread may be waiting for the GIL),
+// and the old callable is dropped only after the swap, when no thread can still be calling it.
+void set_python_log_callback(py::module_ m, const py::object& callback) {
+    if (!callback.is_none() && !PyCallable_Check(callback.ptr()))
+        throw py::type_error("tinycudann: set_log_callback takes a callable(LogSeverity, str) or None");
+    py::object previous = m.attr("_log_callback");
+    m.attr("_log_callback") = callback;
+    tnn::LogCallback cb = forward_log_to_python;
+    if (!callback.is_none()) {
+        PyObject* fn = callback.ptr();
+        cb = [fn](tnn::LogLevel level, const std::string& message) {
+            if (!Py_IsInitialized()) return;
+            py::gil_scoped_acquire gil;
+            const py::handle callable(fn);
+            callable(level == tnn::LogLevel::warning ? LogSeverity::Warning : LogSeverity::Info, message);
+        };
+    }
+    {
+        py::gil_scoped_release release;
+        tnn::set_log_callback(std::move(cb));
+    }
+}
+
+// Error types: tcnn raises RuntimeError for everything its C++ side refuses (and ValueError for an
+// Encoding dtype it lacks), our package raised ValueError / TypeError. Each type below is all of
+// those at once, so `except RuntimeError` (tcnn code) and `except ValueError` (ours) both catch it.
+// They are created once per process and owned by the module (never freed: the module is never unloaded).
+PyObject* g_tcnn_error = nullptr;        // TcnnError(RuntimeError): device and checkpoint failures
+PyObject* g_tcnn_value_error = nullptr;  // TcnnValueError(TcnnError, ValueError): config, shape, unsupported, input
+PyObject* g_tcnn_type_error = nullptr;   // TcnnTypeError(TcnnError, TypeError, ValueError): dtypes
+
+PyObject* add_exception(py::module_& m, const char* name, const char* doc, std::initializer_list<PyObject*> bases) {
+    py::tuple b(bases.size());
+    size_t i = 0;
+    for (PyObject* base : bases) b[i++] = py::reinterpret_borrow<py::object>(base);
+    // Named after the package that exports it, so tracebacks and pickles say tinycudann.<name>.
+    PyObject* type = PyErr_NewExceptionWithDoc((std::string("tinycudann.") + name).c_str(), doc, b.ptr(), nullptr);
+    if (!type) throw py::error_already_set();
+    m.add_object(name, py::handle(type));
+    return type;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
     m.doc() = "tiny-rdna4-nn modules over raw pointers; use the tinycudann package, not this module directly";
+
+    g_tcnn_error = add_exception(m, "TcnnError",
+                                 "A tiny-rdna4-nn error; a RuntimeError, as every error of tcnn's C++ side.",
+                                 {PyExc_RuntimeError});
+    g_tcnn_value_error = add_exception(
+        m, "TcnnValueError", "A bad config, shape, unsupported request or input: a ValueError and tcnn's RuntimeError.",
+        {g_tcnn_error, PyExc_ValueError});
+    g_tcnn_type_error = add_exception(
+        m, "TcnnTypeError",
+        "An unsupported or mismatched dtype: a TypeError, tcnn's RuntimeError, and the ValueError tcnn's Encoding raises.",
+        {g_tcnn_error, PyExc_TypeError, PyExc_ValueError});
 
     // tnn errors keep their message and become the Python exception their kind calls for.
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
         } catch (const tnn::DTypeError& e) {
-            PyErr_SetString(PyExc_TypeError, e.what());
+            PyErr_SetString(g_tcnn_type_error, e.what());
         } catch (const tnn::ConfigError& e) {
-            PyErr_SetString(PyExc_ValueError, e.what());
+            PyErr_SetString(g_tcnn_value_error, e.what());
         } catch (const tnn::ShapeError& e) {
-            PyErr_SetString(PyExc_ValueError, e.what());
+            PyErr_SetString(g_tcnn_value_error, e.what());
         } catch (const tnn::UnsupportedError& e) {
-            PyErr_SetString(PyExc_ValueError, e.what());
+            PyErr_SetString(g_tcnn_value_error, e.what());
         } catch (const tnn::InputError& e) {
-            PyErr_SetString(PyExc_ValueError, e.what());
+            PyErr_SetString(g_tcnn_value_error, e.what());
         } catch (const tnn::Error& e) {  // DeviceError, CheckpointError and plain Error
-            PyErr_SetString(PyExc_RuntimeError, e.what());
+            PyErr_SetString(g_tcnn_error, e.what());
         } catch (const tnn::json::exception& e) {
-            PyErr_SetString(PyExc_ValueError, (std::string("tinycudann: invalid JSON config: ") + e.what()).c_str());
+            PyErr_SetString(g_tcnn_value_error, (std::string("tinycudann: invalid JSON config: ") + e.what()).c_str());
         }
     });
-    tnn::set_log_callback(forward_log_to_python);
 
-    py::class_<NativeContext>(m, "Context");
+    m.attr("_log_callback") = py::none();
+    tnn::set_log_callback(forward_log_to_python);
+    // At exit the library's callback goes back to stderr before Python objects are torn down.
+    py::module_::import("atexit").attr("register")(py::cpp_function([]() {
+        py::gil_scoped_release release;  // as in set_python_log_callback
+        tnn::set_log_callback(nullptr);
+    }));
+
+    py::enum_<Precision>(m, "Precision")
+        .value("Fp32", Precision::Fp32)
+        .value("Fp16", Precision::Fp16)
+        .value("Bf16", Precision::Bf16)
+        .value("Fp64", Precision::Fp64)
+        .export_values();
+    py::enum_<LogSeverity>(m, "LogSeverity")
+        .value("Info", LogSeverity::Info)
+        .value("Debug", LogSeverity::Debug)
+        .value("Warning", LogSeverity::Warning)
+        .value("Error", LogSeverity::Error)
+        .value("Success", LogSeverity::Success)
+        .export_values();
+
+    py::class_<NativeContext>(m, "Context")
+        .def(py::init<>())
+        .def_property_readonly("valid", [](const NativeContext& c) { return static_cast<bool>(c.ctx); });
 
     py::class_<NativeModule>(m, "Module")
         .def("n_input_dims", &NativeModule::n_input_dims)
@@ -187,6 +299,8 @@ PYBIND11_MODULE(_C, m) {
         .def("param_dtype", &NativeModule::param_dtype)
         .def("output_dtype", &NativeModule::output_dtype)
         .def("input_dtype", &NativeModule::input_dtype)
+        .def("param_precision", &NativeModule::param_precision)
+        .def("output_precision", &NativeModule::output_precision)
         .def("accepts_input_dtype", &NativeModule::accepts_input_dtype)
         .def("name", &NativeModule::name)
         .def("describe", &NativeModule::describe)
@@ -201,6 +315,9 @@ PYBIND11_MODULE(_C, m) {
 
     m.def("create_encoding", [](uint32_t n_input_dims, const py::object& config, const std::string& dtype) {
         return NativeModule(tnn::create_encoding(n_input_dims, to_json(config), tnn::parse_dtype(dtype)));
+    });
+    m.def("create_encoding", [](uint32_t n_input_dims, const py::object& config, Precision precision) {
+        return NativeModule(tnn::create_encoding(n_input_dims, to_json(config), to_dtype(precision)));
     });
     m.def("create_network", [](uint32_t n_input_dims, uint32_t n_output_dims, const py::object& config) {
         return NativeModule(tnn::create_network(n_input_dims, n_output_dims, to_json(config)));
@@ -225,4 +342,19 @@ PYBIND11_MODULE(_C, m) {
     m.def("deterministic", &tnn::deterministic);
     m.def("set_num_threads", &tnn::set_num_threads);
     m.def("num_threads", &tnn::num_threads);
+
+    // tcnn's small _C functions, with what they mean here.
+    m.def("batch_size_granularity", []() { return uint32_t{1}; });  // any batch size runs; nothing is padded
+    m.def("default_loss_scale", [](Precision p) { return p == Precision::Fp16 ? 128.0f : 1.0f; });
+    m.def("has_networks", []() { return true; });
+    // What Encoding(dtype=None) picks for parameters on the GPU; Fp32 where no GPU can run.
+    m.def("preferred_precision", []() {
+        return tnn::has_gpu_backend() && tnn::gpu_device_count() > 0 ? Precision::Fp16 : Precision::Fp32;
+    });
+    m.def("supports_jit_fusion", [](int) { return false; }, py::arg("device") = -1);
+    // No runtime compilation exists here: the directories are accepted and unused.
+    m.def("rtc_set_cache_dir", [](const std::string&) {});
+    m.def("rtc_set_include_dir", [](const std::string&) {});
+    m.def("set_log_callback", [m](const py::object& callback) { set_python_log_callback(m, callback); },
+          py::arg("callback"));
 }

@@ -12,9 +12,15 @@ except ImportError as e:  # the extension is built by CMake (target tinycudann_C
 from .modules import (
     Encoding,
     Module,
+    NativeModule,
     Network,
     NetworkWithInputEncoding,
+    TcnnError,
+    TcnnTypeError,
+    TcnnValueError,
     free_temporary_memory,
+    input_checks,
+    set_input_checks,
     supports_jit_fusion,
 )
 from .trainer import Trainer
@@ -24,9 +30,15 @@ __version__ = _C.version()
 __all__ = [
     "Encoding",
     "Module",
+    "NativeModule",
     "Network",
     "NetworkWithInputEncoding",
+    "TcnnError",
+    "TcnnTypeError",
+    "TcnnValueError",
     "Trainer",
     "free_temporary_memory",
+    "input_checks",
+    "set_input_checks",
     "supports_jit_fusion",
 ]

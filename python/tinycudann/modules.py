@@ -1,9 +1,16 @@
 # torch.nn.Modules over tiny-rdna4-nn's C++ modules: one flat `params` parameter, autograd through
 # torch.autograd.Function (tcnn's loss scaling, several forwards before one backward, double
 # backward where the C++ module has it). Tensors reach C++ as addresses plus the current stream.
+# Also tcnn's layer below the modules (NativeModule: fwd / bwd / bwd_bwd_input on tensors) and what
+# it takes to load whole-model pickles that tcnn wrote.
 import contextlib
 import gc
+import importlib.abc
+import importlib.util
 import numbers
+import os
+import re
+import sys
 import warnings
 
 import torch
@@ -13,6 +20,11 @@ from . import _C
 
 DEFAULT_SEED = 1337
 
+# Errors (created in _C): each is also a RuntimeError, which is what tcnn raises.
+TcnnError = _C.TcnnError
+TcnnValueError = _C.TcnnValueError
+TcnnTypeError = _C.TcnnTypeError
+
 _DTYPE_BY_NAME = {
     "float32": torch.float32,
     "float16": torch.float16,
@@ -20,6 +32,14 @@ _DTYPE_BY_NAME = {
     "float64": torch.float64,
 }
 _NAME_BY_DTYPE = {v: k for k, v in _DTYPE_BY_NAME.items()}
+
+_DTYPE_BY_PRECISION = {
+    _C.Precision.Fp32: torch.float32,
+    _C.Precision.Fp16: torch.float16,
+    _C.Precision.Bf16: torch.bfloat16,
+    _C.Precision.Fp64: torch.float64,
+}
+_PRECISION_BY_DTYPE = {v: k for k, v in _DTYPE_BY_PRECISION.items()}
 
 
 def free_temporary_memory():
@@ -34,9 +54,140 @@ def supports_jit_fusion():
     return False
 
 
+def _torch_precision(precision):
+    """The torch dtype of a _C.Precision (tcnn's helper of the same name)."""
+    if precision not in _DTYPE_BY_PRECISION:
+        raise TcnnTypeError(f"tinycudann: unknown precision {precision!r}; valid: {list(_C.Precision.__members__)}")
+    return _DTYPE_BY_PRECISION[precision]
+
+
+def _as_precision(value):
+    """The _C.Precision of an Encoding's `precision` attribute, which may be ours, the enum of a
+    pickle that tcnn wrote (Fp32 / Fp16 by name, whichever module provided it), or a dtype name
+    (pickles of this package before it stored a Precision)."""
+    if isinstance(value, str) and value in _DTYPE_BY_NAME:
+        return _PRECISION_BY_DTYPE[_DTYPE_BY_NAME[value]]
+    if value in _DTYPE_BY_PRECISION:
+        return value
+    name = getattr(value, "name", None)
+    if name in _C.Precision.__members__:
+        return _C.Precision.__members__[name]
+    raise TcnnTypeError(f"tinycudann: unknown Encoding precision {value!r}; valid: {list(_C.Precision.__members__)}")
+
+
+def null_tensor_like(tensor):
+    """tcnn's placeholder for an absent gradient: a 0-dimensional empty tensor like `tensor`."""
+    return torch.empty([], dtype=tensor.dtype, device=tensor.device)
+
+
+def null_tensor_to_none(tensor):
+    """None for tcnn's 0-dimensional placeholder, else the tensor."""
+    return None if len(tensor.shape) == 0 else tensor
+
+
+def rtc_set_cache_dir(dir):
+    """tcnn's cache directory of runtime-compiled kernels (tcnn after 2.0). Nothing is compiled at
+    run time here; the call is accepted and does nothing."""
+    _C.rtc_set_cache_dir(str(dir) if dir else "")
+
+
+# Optional check that inputs are finite (tinycudann.set_input_checks, env TNN_CHECK_INPUTS=1). Off by
+# default: it costs one pass over the input and a device-to-host sync per call.
+_input_checks = os.environ.get("TNN_CHECK_INPUTS", "").strip().lower() not in ("", "0", "false", "off", "no")
+
+
+def set_input_checks(enabled):
+    """Turn the finite-input check of every forward on or off (also: env TNN_CHECK_INPUTS=1).
+
+    On, a forward whose input holds a NaN or an infinity raises TcnnValueError naming the first such
+    row, instead of computing with it (a grid turns one NaN coordinate into NaN gradients of the
+    2^d * n_features entries around cell 0 of every level, which the optimizer then spreads). It
+    costs one pass over the input and a device-to-host synchronisation per call, and cannot run
+    inside CUDA graph capture (raises there).
+    """
+    global _input_checks
+    _input_checks = bool(enabled)
+
+
+def input_checks():
+    """Whether set_input_checks (or TNN_CHECK_INPUTS) turned the finite-input check on."""
+    return _input_checks
+
+
+def _check_finite_rows(describe, x):
+    if torch.jit.is_tracing():
+        return  # a traced graph has no Python checks; checking the example input would mislead
+    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise TcnnError(
+            f"tinycudann: {describe}: the finite-input check (set_input_checks / TNN_CHECK_INPUTS) synchronises "
+            "the device and cannot run during CUDA graph capture; turn it off with tinycudann.set_input_checks(False)"
+        )
+    bad = ~torch.isfinite(x)
+    if bool(bad.any()):
+        rows = bad.any(dim=1).nonzero()
+        row = int(rows[0])
+        raise TcnnValueError(
+            f"tinycudann: {describe}: input row {row} is not finite: {x[row].tolist()} ({rows.shape[0]} such rows "
+            f"of {x.shape[0]}); the finite-input check is on (tinycudann.set_input_checks(False) or TNN_CHECK_INPUTS=0 "
+            "turns it off)"
+        )
+
+
+def _check_call(native, x, params):
+    """The checks of Module.forward before any computation."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"tinycudann: {native.describe}: the input must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2 or x.shape[1] != native.n_input_dims:
+        raise TcnnValueError(
+            f"tinycudann: {native.describe}: the input must have shape [batch, {native.n_input_dims}], "
+            f"got {list(x.shape)}"
+        )
+    if x.is_complex():
+        raise TcnnTypeError(f"tinycudann: {native.describe}: complex inputs are not supported, got {x.dtype}")
+    _check_module_params(native, params)
+
+
+def _check_module_params(native, params):
+    # The C++ module reads n_params values at params' address: anything else must stop here.
+    if not isinstance(params, torch.Tensor):
+        raise TcnnValueError(
+            f"tinycudann: {native.describe}: `params` must be a tensor of {native.n_params} values, got "
+            f"{type(params).__name__}"
+        )
+    if params.dim() != 1 or params.shape[0] != native.n_params:
+        raise TcnnValueError(
+            f"tinycudann: {native.describe}: `params` must have shape [{native.n_params}], got {list(params.shape)}; "
+            "load parameters with load_state_dict or copy_ into params instead of replacing params.data"
+        )
+    if not params.is_floating_point():
+        raise TcnnTypeError(
+            f"tinycudann: {native.describe}: `params` must be a floating-point tensor (float32 master weights), "
+            f"got {params.dtype}"
+        )
+
+
+def _to_params_device(native, x, params):
+    """x on the device of the parameters: a CPU input to a CUDA module is copied there with a
+    warning, as tcnn does; other mismatches raise."""
+    if x.device == params.device:
+        return x
+    if x.device.type == "cpu" and params.device.type == "cuda":
+        # The message starts with tcnn's words, so that warning filters written for tcnn match it.
+        # warnings' default filter shows it once per process (the message text does not vary per call).
+        warnings.warn(
+            "input must be a CUDA tensor, but isn't. This indicates suboptimal performance. "
+            f"(tinycudann: {native.describe}: the input is copied from cpu to {params.device} on every call)"
+        )
+        return x.to(params.device)
+    raise TcnnError(
+        f"tinycudann: {native.describe}: the input is on {x.device} but the parameters are on "
+        f"{params.device}; move the module with .to({str(x.device)!r})"
+    )
+
+
 def _dtype_name(dtype, what):
     if dtype not in _NAME_BY_DTYPE:
-        raise TypeError(
+        raise TcnnTypeError(
             f"tinycudann: {what} must be one of torch.float32, torch.float16, torch.bfloat16, torch.float64, "
             f"got {dtype!r}"
         )
@@ -47,7 +198,7 @@ def _check_dims(value, what):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"tinycudann: {what} must be an int, got {type(value).__name__}")
     if value < 1:
-        raise ValueError(f"tinycudann: {what} must be at least 1, got {value}")
+        raise TcnnValueError(f"tinycudann: {what} must be at least 1, got {value}")
     return int(value)
 
 
@@ -70,7 +221,7 @@ def _where(t):
         return -1, 0
     if t.device.type == "cuda":  # also ROCm builds of torch, whose streams are hipStream_t
         return t.device.index, torch.cuda.current_stream(t.device).cuda_stream
-    raise RuntimeError(f"tinycudann: tensors on {t.device} are not supported; use cpu or cuda tensors")
+    raise TcnnError(f"tinycudann: tensors on {t.device} are not supported; use cpu or cuda tensors")
 
 
 def _device_guard(t):
@@ -228,6 +379,193 @@ class _BackwardFunction(torch.autograd.Function):
         return None, dL_ddLdoutput, dL_dinput, dL_dparams, None
 
 
+def _initial_params_cpu(module, seed):
+    """The module's initial parameters for `seed`: n_params float32 values on the CPU."""
+    initial = torch.zeros(module.n_params(), dtype=torch.float32)
+    if initial.numel() > 0:
+        module.initial_params(seed, initial.data_ptr())
+    return initial
+
+
+class NativeModule:
+    """tcnn's native module API (`module.native_tcnn_module`) over a C++ module of ours.
+
+    fwd / bwd / bwd_bwd_input take and return tensors with tcnn's signatures and checks: inputs
+    [batch, n_input_dims] float32 (float64 for float64 modules), params 1-D of n_params in the
+    parameter precision, all contiguous and on one device (CPU or CUDA here). Gradients are
+    returned where the corresponding tensor requires grad, None elsewhere; no loss scaling is
+    applied (tcnn's callers scale). Our additions (describe(), supports_backward_backward(), ...)
+    are passed through; the package's modules call the C++ module directly.
+    """
+
+    def __init__(self, module, facts=None):
+        self._module = module
+        self._facts = facts if facts is not None else _Native(module)
+
+    # tcnn's queries
+    def n_input_dims(self):
+        return self._module.n_input_dims()
+
+    def n_output_dims(self):
+        return self._module.n_output_dims()
+
+    def n_params(self):
+        return self._module.n_params()
+
+    def param_precision(self):
+        return self._module.param_precision()
+
+    def output_precision(self):
+        return self._module.output_precision()
+
+    def hyperparams(self):
+        return self._module.hyperparams()
+
+    def name(self):
+        return self._module.name()
+
+    @property
+    def jit_fusion(self):
+        return False
+
+    @jit_fusion.setter
+    def jit_fusion(self, value):
+        if value:
+            warnings.warn("tinycudann: JIT fusion is not supported by tiny-rdna4-nn; the module runs unfused")
+
+    # ours
+    def n_matrix_params(self):
+        return self._module.n_matrix_params()
+
+    def param_dtype(self):
+        return self._module.param_dtype()
+
+    def output_dtype(self):
+        return self._module.output_dtype()
+
+    def input_dtype(self):
+        return self._module.input_dtype()
+
+    def accepts_input_dtype(self, dtype):
+        return self._module.accepts_input_dtype(dtype)
+
+    def describe(self):
+        return self._module.describe()
+
+    def supports_device(self, device):
+        return self._module.supports_device(device)
+
+    def supports_backward_backward(self):
+        return self._module.supports_backward_backward()
+
+    def __repr__(self):
+        return f"NativeModule({self._facts.describe})"
+
+    def initial_params(self, seed):
+        """n_params float32 initial values for `seed`, on the device where modules put their
+        parameters by default (the current CUDA device when there is one, as tcnn; else the CPU)."""
+        return _initial_params_cpu(self._module, seed).to(_default_device())
+
+    def fwd(self, input, params):
+        """(context, output): the forward pass, or inference (an empty context) when neither input
+        nor params requires grad."""
+        n = self._facts
+        rows = self._check_input(input, "input")
+        self._check_params(params, input.device)
+        if _input_checks:
+            _check_finite_rows(n.describe, input)
+        output = torch.empty((rows, n.n_output_dims), dtype=n.output_dtype, device=input.device)
+        device, stream = _where(input)
+        with _device_guard(input):
+            if not (input.requires_grad or params.requires_grad):
+                self._module.inference(device, stream, rows, input.data_ptr(), n.input_dtype_name, output.data_ptr(),
+                                       params.data_ptr())
+                return _C.Context(), output
+            ctx = self._module.forward(device, stream, rows, input.data_ptr(), n.input_dtype_name, output.data_ptr(),
+                                       params.data_ptr(), input.requires_grad)
+        return ctx, output
+
+    def bwd(self, ctx, input, params, output, dL_doutput):
+        """(dL_dinput, dL_dparams) of a fwd that returned `ctx`; each None unless input /
+        params requires grad. dL_dparams is in the parameter precision."""
+        n = self._facts
+        self._check_context(ctx, "bwd")
+        rows = self._check_input(input, "input")
+        self._check_params(params, input.device)
+        self._check_output(output, "output", rows, input.device)
+        self._check_output(dL_doutput, "dL_doutput", rows, input.device)
+        dL_dinput = torch.empty_like(input) if input.requires_grad else None
+        dL_dparams = torch.empty(n.n_params, dtype=n.param_dtype, device=input.device) if params.requires_grad else None
+        if dL_dinput is not None or dL_dparams is not None:
+            device, stream = _where(input)
+            with _device_guard(input):
+                self._module.backward(ctx, device, stream, rows, input.data_ptr(), n.input_dtype_name,
+                                      output.data_ptr(), dL_doutput.data_ptr(), _address(dL_dinput),
+                                      _address(dL_dparams), params.data_ptr(), False)
+        return dL_dinput, dL_dparams
+
+    def bwd_bwd_input(self, ctx, input, params, dL_ddLdinput, dL_doutput):
+        """(dL_ddLdoutput, dL_dparams, dL_dinput) for a loss on the input gradient that bwd
+        computed: the derivatives by dL_doutput, params and input of <dL_ddLdinput, dL_dinput>.
+        Each is None unless the tensor it belongs to requires grad."""
+        n = self._facts
+        self._check_context(ctx, "bwd_bwd_input")
+        rows = self._check_input(input, "input")
+        self._check_params(params, input.device)
+        self._check_input(dL_ddLdinput, "dL_ddLdinput", rows)
+        self._check_output(dL_doutput, "dL_doutput", rows, input.device)
+        dL_ddLdoutput = torch.empty_like(dL_doutput) if dL_doutput.requires_grad else None
+        dL_dparams = torch.empty(n.n_params, dtype=n.param_dtype, device=input.device) if params.requires_grad else None
+        dL_dinput = torch.empty_like(input) if input.requires_grad else None
+        if dL_ddLdoutput is not None or dL_dparams is not None or dL_dinput is not None:
+            device, stream = _where(input)
+            with _device_guard(input):
+                self._module.backward_backward_input(
+                    ctx, device, stream, rows, input.data_ptr(), n.input_dtype_name, dL_ddLdinput.data_ptr(),
+                    dL_doutput.data_ptr(), _address(dL_ddLdoutput), _address(dL_dinput), _address(dL_dparams),
+                    params.data_ptr(), False,
+                )
+        return dL_ddLdoutput, dL_dparams, dL_dinput
+
+    # tcnn's CHECK_THROWs, with messages: every check raises a RuntimeError subclass, as tcnn.
+    def _check_tensor(self, t, what, shape, dtype, device=None):
+        """shape: the sizes, where a str names a size that may take any value ("batch")."""
+        n = self._facts
+        if not isinstance(t, torch.Tensor):
+            raise TcnnValueError(f"tinycudann: {n.describe}: {what} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != len(shape) or any(not isinstance(s, str) and t.shape[i] != s for i, s in enumerate(shape)):
+            raise TcnnValueError(
+                f"tinycudann: {n.describe}: {what} must have shape [{', '.join(map(str, shape))}], got {list(t.shape)}"
+            )
+        if t.dtype != dtype:
+            raise TcnnTypeError(f"tinycudann: {n.describe}: {what} must be {dtype}, got {t.dtype}")
+        if device is not None and t.device != device:
+            raise TcnnError(f"tinycudann: {n.describe}: {what} is on {t.device}, the input on {device}")
+        if not t.is_contiguous():
+            raise TcnnValueError(f"tinycudann: {n.describe}: {what} must be contiguous")
+
+    def _check_input(self, t, what, rows=None):
+        """Checks an input-shaped tensor ([rows, n_input_dims]; any rows when None); returns its rows."""
+        n = self._facts
+        self._check_tensor(t, what, ["batch" if rows is None else rows, n.n_input_dims], n.input_dtype)
+        return t.shape[0]
+
+    def _check_params(self, params, device):
+        n = self._facts
+        self._check_tensor(params, "params", [n.n_params], n.param_dtype, device)
+
+    def _check_output(self, t, what, rows, device):
+        n = self._facts
+        self._check_tensor(t, what, [rows, n.n_output_dims], n.output_dtype, device)
+
+    def _check_context(self, ctx, method):
+        if not isinstance(ctx, _C.Context) or not ctx.valid:
+            raise TcnnError(
+                f"tinycudann: {self._facts.describe}: {method} needs the context of a fwd that ran with input or params "
+                "requiring grad; this one is empty (fwd ran in inference mode)"
+            )
+
+
 class Module(torch.nn.Module):
     """Base of Network, Encoding and NetworkWithInputEncoding: a C++ module and its flat parameters.
 
@@ -239,13 +577,11 @@ class Module(torch.nn.Module):
     def __init__(self, seed=DEFAULT_SEED, device=None):
         super().__init__()
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-            raise ValueError(f"tinycudann: seed must be a non-negative int, got {seed!r}")
+            raise TcnnValueError(f"tinycudann: seed must be a non-negative int, got {seed!r}")
         self.seed = int(seed)
         self._init_native()
         native = self._native
-        initial = torch.zeros(native.n_params, dtype=torch.float32)
-        if native.n_params > 0:
-            self.native_tcnn_module.initial_params(self.seed, initial.data_ptr())
+        initial = _initial_params_cpu(native.module, self.seed)
         master_dtype = torch.float64 if native.param_dtype == torch.float64 else torch.float32
         device = torch.device(device) if device is not None else _default_device()
         self.params = torch.nn.Parameter(initial.to(device=device, dtype=master_dtype), requires_grad=True)
@@ -253,8 +589,11 @@ class Module(torch.nn.Module):
         self.loss_scale = 128.0 if native.param_dtype == torch.float16 else 1.0
 
     def _init_native(self):
-        self.native_tcnn_module = self._native_tcnn_module()
-        self._native = _Native(self.native_tcnn_module)
+        module = self._native_tcnn_module()
+        if isinstance(module, NativeModule):
+            module = module._module
+        self._native = _Native(module)
+        self.native_tcnn_module = NativeModule(module, self._native)
         self.dtype = self._native.param_dtype
         self.n_output_dims = self._native.n_output_dims
 
@@ -263,25 +602,26 @@ class Module(torch.nn.Module):
 
     def forward(self, x):
         native = self._native
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"tinycudann: {native.describe}: the input must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != 2 or x.shape[1] != native.n_input_dims:
-            raise ValueError(
-                f"tinycudann: {native.describe}: the input must have shape [batch, {native.n_input_dims}], "
-                f"got {list(x.shape)}"
-            )
-        if x.is_complex():
-            raise TypeError(f"tinycudann: {native.describe}: complex inputs are not supported, got {x.dtype}")
         params = self.params
-        if params.device != x.device:
-            raise RuntimeError(
-                f"tinycudann: {native.describe}: the input is on {x.device} but the parameters are on "
-                f"{params.device}; move the module with .to({str(x.device)!r})"
-            )
+        tracing = torch.jit.is_tracing()
+        if tracing:
+            with warnings.catch_warnings():
+                # The checks compare sizes that are constants of the module; the tracer's warning
+                # that such a comparison "might not generalize" does not apply to them.
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                _check_call(native, x, params)
+        else:
+            _check_call(native, x, params)
+        x = _to_params_device(native, x, params)
         # tcnn casts every input to float32 (float64 for float64 modules) and makes it contiguous.
         x = x.to(native.input_dtype).contiguous()
+        if _input_checks:
+            _check_finite_rows(native.describe, x)
         with _device_guard(x):
-            if torch.is_grad_enabled() and (x.requires_grad or params.requires_grad):
+            # Under torch.jit.trace the computation must be an autograd Function even without grad:
+            # the tracer records a Function call (and replays it), but not the raw C++ call of
+            # _inference, which would leave only the allocation of the output in the trace.
+            if tracing or (torch.is_grad_enabled() and (x.requires_grad or params.requires_grad)):
                 output = _ModuleFunction.apply(native, self.loss_scale, x, params)
             else:
                 output = _inference(native, x, params)
@@ -296,8 +636,11 @@ class Module(torch.nn.Module):
 
     @jit_fusion.setter
     def jit_fusion(self, value):
-        if value:
-            warnings.warn("tinycudann: JIT fusion is not supported by tiny-rdna4-nn; the module runs unfused")
+        self.native_tcnn_module.jit_fusion = value
+
+    @jit_fusion.deleter
+    def jit_fusion(self):
+        raise AttributeError("tinycudann: `jit_fusion` cannot be deleted")
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -307,14 +650,27 @@ class Module(torch.nn.Module):
         return state
 
     def __setstate__(self, state):
+        state = dict(state)
+        self._complete_state(state)
         super().__setstate__(state)
         self._init_native()
+
+    def _complete_state(self, state):
+        """Fills in what a pickle written by tcnn 2.0 lacks (it holds tcnn's attributes only)."""
 
     def extra_repr(self):
         return (
             f"n_input_dims={self.n_input_dims}, n_output_dims={self.n_output_dims}, seed={self.seed}, "
             f"dtype={self.dtype}, hyperparams={self.native_tcnn_module.hyperparams()}"
         )
+
+
+def _complete_network_state(state):
+    # tcnn's network precision is fixed by its build (float16 with tensor cores) and stored in
+    # `dtype`: a tcnn pickle is rebuilt in that precision.
+    if "requested_dtype" not in state:
+        state["requested_dtype"] = state.get("dtype")
+    state.setdefault("requested_output_dtype", None)
 
 
 def _network_config(network_config, dtype, output_dtype):
@@ -350,6 +706,9 @@ class NetworkWithInputEncoding(Module):
         config = _network_config(self.network_config, self.requested_dtype, self.requested_output_dtype)
         return _C.create_network_with_input_encoding(self.n_input_dims, self.n_output_dims, self.encoding_config, config)
 
+    def _complete_state(self, state):
+        _complete_network_state(state)
+
 
 class Network(Module):
     """A network (PortableMLP, BlasLtMLP, FullyFusedMLP, ...) from [batch, n_input_dims] to
@@ -368,6 +727,9 @@ class Network(Module):
         config = _network_config(self.network_config, self.requested_dtype, self.requested_output_dtype)
         return _C.create_network(self.n_input_dims, self.n_output_dims, config)
 
+    def _complete_state(self, state):
+        _complete_network_state(state)
+
 
 class Encoding(Module):
     """An input encoding from [batch, n_input_dims] float32 positions to [batch, n_output_dims]
@@ -381,19 +743,52 @@ class Encoding(Module):
         if dtype is None:
             on_gpu = (torch.device(device) if device is not None else _default_device()).type == "cuda"
             dtype = torch.float16 if on_gpu else torch.float32
-        self.precision = _dtype_name(dtype, "dtype")
+        _dtype_name(dtype, "dtype")
+        self.precision = _PRECISION_BY_DTYPE[dtype]  # a _C.Precision, as tcnn's attribute
         if output_dtype is not None and output_dtype not in (dtype, torch.float32):
-            raise TypeError(
+            raise TcnnTypeError(
                 f"tinycudann: Encoding output_dtype must be its dtype ({dtype}) or torch.float32, got {output_dtype!r}"
             )
         self.requested_output_dtype = output_dtype
         super().__init__(seed=seed, device=device)
 
     def _native_tcnn_module(self):
-        return _C.create_encoding(self.n_input_dims, self.encoding_config, self.precision)
+        return _C.create_encoding(self.n_input_dims, self.encoding_config, _as_precision(self.precision))
+
+    def _complete_state(self, state):
+        state["precision"] = _as_precision(state["precision"])
+        state.setdefault("requested_output_dtype", None)
 
     def _finish_output(self, output):
         # Encodings compute in their own dtype; an fp32 output is a cast on top (autograd included).
         if self.requested_output_dtype is not None and output.dtype != self.requested_output_dtype:
             return output.to(self.requested_output_dtype)
         return output
+
+
+# tcnn's extension module is `tinycudann_bindings._<cc>_C` (cc: the compute capability it was built
+# for), and a pickled tcnn Encoding names that module's Precision enum. Where no tcnn is installed,
+# these names resolve to a stand-in holding our _C.Precision (its Fp32 / Fp16 have tcnn's values,
+# which is what the pickle stores). The finder goes last in sys.meta_path: an installed tcnn's own
+# modules are always found first.
+_TCNN_BINDINGS_NAME = re.compile(r"tinycudann_bindings(\._\d+_C)?")
+
+
+class _TcnnBindingsFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path=None, target=None):
+        match = _TCNN_BINDINGS_NAME.fullmatch(fullname)
+        if match is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=match.group(1) is None)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__doc__ = "tinycudann's stand-in for tcnn's extension, for loading pickles that tcnn wrote"
+        if not hasattr(module, "__path__"):
+            module.Precision = _C.Precision
+
+
+if not any(type(f).__name__ == "_TcnnBindingsFinder" for f in sys.meta_path):
+    sys.meta_path.append(_TcnnBindingsFinder())
