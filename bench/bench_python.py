@@ -148,23 +148,20 @@ def gather_rate():
         return None
 
     @triton.jit
-    def probe(table, idx, out, n, mask_bits, BLOCK: tl.constexpr, LOADS: tl.constexpr):
+    def probe(table, out, mask_bits, BLOCK: tl.constexpr, LOADS: tl.constexpr):
+        # BLOCK x LOADS independent random loads per program, all addresses known up front.
         pid = tl.program_id(0)
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        h = tl.load(idx + offs, mask=offs < n, other=0)
-        acc = tl.zeros([BLOCK], dtype=tl.int64)
-        for i in tl.static_range(LOADS):
-            h = (h * 1103515245 + 12345 + i) & mask_bits
-            acc += tl.load(table + h)
-        tl.store(out + pid, tl.sum(acc, 0).to(tl.float32))
+        i = (pid * BLOCK + tl.arange(0, BLOCK))[:, None] * LOADS + tl.arange(0, LOADS)[None, :]
+        h = ((i.to(tl.int64) * 2654435761) ^ (i.to(tl.int64) >> 7)) & mask_bits
+        v = tl.load(table + h)
+        tl.store(out + pid, tl.sum(tl.sum(v, 1), 0).to(tl.float32))
 
     n_entries = (32 << 20) // 8
     table = torch.randint(0, 1 << 20, (n_entries,), device="cuda", dtype=torch.int64)
     n = 1 << 22
-    idx = torch.randint(0, n_entries, (n,), device="cuda", dtype=torch.int64)
-    BLOCK, LOADS = 256, 32
+    BLOCK, LOADS = 128, 16
     out = torch.empty(triton.cdiv(n, BLOCK), device="cuda")
-    fn = lambda: probe[(triton.cdiv(n, BLOCK),)](table, idx, out, n, n_entries - 1, BLOCK=BLOCK, LOADS=LOADS)
+    fn = lambda: probe[(triton.cdiv(n, BLOCK),)](table, out, n_entries - 1, BLOCK=BLOCK, LOADS=LOADS)
     ms, _ = gpu_ms(fn, rounds=5, round_ms=20)
     return n * LOADS / ms / 1e6
 
@@ -376,7 +373,25 @@ def latency_rows(results, ceil):
         ms, sample = latency_ms(call)
         record(results, "latency_64_64_64", "torch_eager", ms, sample=sample)
 
+    def probes():
+        # What a call costs on this host before any work of ours: an output allocation, and the raw
+        # C++ inference with a preallocated output and weights already in the module's dtype.
+        model = tcnn.Network(64, 64, mlp(64))
+        out = torch.empty(1, 64, device="cuda", dtype=torch.float16)
+        p16 = model.params.detach().half()
+        nat = model._native.module
+        stream = torch.cuda.current_stream().cuda_stream
+        ms, _ = latency_ms(lambda: torch.empty(1, 64, device="cuda", dtype=torch.float16))
+        record(results, "latency_64_64_64", "probe_torch_empty", ms)
+        ms, _ = latency_ms(lambda: nat.inference(0, stream, 1, x.data_ptr(), "float32", out.data_ptr(), p16.data_ptr()))
+        record(results, "latency_64_64_64", "probe_raw_cpp_call", ms)
+        with torch.no_grad():
+            replay = graph_of(lambda: model(x))
+        ms, _ = latency_ms(replay)
+        record(results, "latency_64_64_64", "graph", ms)
+
     guarded(results, "latency_64_64_64", "script", ours)
+    guarded(results, "latency_64_64_64", "probes", probes)
     guarded(results, "latency_64_64_64", "torch_graph", plain_graph)
     guarded(results, "latency_64_64_64", "torch_eager", plain_eager)
 
@@ -386,22 +401,16 @@ def image_fit_rows(results, ceil, steps):
     RelativeL2, Adam, 2^18 random pixels with bilinear targets drawn on the GPU each step."""
     torch.manual_seed(0)
     h = w = 1024
-    image = torch.rand(h, w, 3, device="cuda")
+    image = torch.rand(1, 3, h, w, device="cuda")
     n = 1 << 18
     net = dict(mlp(64), output_activation="None")
 
     def sample():
+        # Random pixel positions and their bilinear colours (pixel centres at (i + 0.5) / size).
         xy = torch.rand(n, 2, device="cuda")
-        p = xy * torch.tensor([w - 1, h - 1], device="cuda")
-        i0 = p.floor().long()
-        f = p - i0
-        i1 = torch.minimum(i0 + 1, torch.tensor([w - 1, h - 1], device="cuda"))
-        c00 = image[i0[:, 1], i0[:, 0]]
-        c10 = image[i0[:, 1], i1[:, 0]]
-        c01 = image[i1[:, 1], i0[:, 0]]
-        c11 = image[i1[:, 1], i1[:, 0]]
-        fx, fy = f[:, :1], f[:, 1:]
-        return xy, (c00 * (1 - fx) + c10 * fx) * (1 - fy) + (c01 * (1 - fx) + c11 * fx) * fy
+        t = torch.nn.functional.grid_sample(image, (xy * 2 - 1).view(1, 1, n, 2), mode="bilinear",
+                                            padding_mode="border", align_corners=False)
+        return xy, t.view(3, n).t()
 
     def rel_l2(y, t):
         y = y.float()
@@ -442,9 +451,16 @@ def image_fit_rows(results, ceil, steps):
             xy, t = sample()
             tr.step(xy, t)
         ms, _ = wall_ms(step, steps)
-        record(results, "image_fit", "trainer", ms, graph_steps=tr.graph_steps)
-        gpu, _ = gpu_ms(lambda: tr.step(*sample()))
+        record(results, "image_fit", "trainer", ms, graph_steps=tr.graph_steps, profile=kernel_profile(step))
+        gpu, _ = gpu_ms(step)
         record(results, "image_fit", "trainer_gpu_busy", gpu)
+        xy, t = sample()
+        gpu, _ = gpu_ms(lambda: tr.step(xy, t))
+        record(results, "image_fit", "trainer_step_only_gpu_busy", gpu)
+        ms, _ = wall_ms(lambda: tr.step(xy, t), steps)
+        record(results, "image_fit", "trainer_step_only_wall", ms)
+        gpu, _ = gpu_ms(sample)
+        record(results, "image_fit", "sampling_gpu_busy", gpu)
 
     guarded(results, "image_fit", "script", eager)
     guarded(results, "image_fit", "graph", captured)

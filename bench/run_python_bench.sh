@@ -56,7 +56,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     --md "$OUT/bench_python.md" ${BENCH_ARGS:-} >"$OUT/bench_python.log" 2>&1 || status=1
   cat "$OUT/bench_python.md" 2>/dev/null || tail -n 30 "$OUT/bench_python.log"
   echo "== C++ fused step, 32->64->16 (bench_mlp)"
-  "${CXX:-g++}" -O2 -std=c++17 -Iinclude -Isrc -DTNN_WITH_GPU=1 -DTNN_WITH_CUDA=1 -DTNN_VERSION='"bench"' \
+  "${CXX:-g++}" -O2 -std=c++17 -Iinclude -Isrc -I/usr/local/cuda/include -DTNN_WITH_GPU=1 -DTNN_WITH_CUDA=1 -DTNN_VERSION='"bench"' \
     bench/bench_mlp.cpp "$BUILD/libtnn.a" -L/usr/local/cuda/lib64 -lcudart -lcublasLt -lpthread -o "$BUILD/bench_mlp" \
     >>"$OUT/build.log" 2>&1 &&
     "$BUILD/bench_mlp" --out "$OUT/bench_mlp_fused.json" --only "32->64->16" --pass train_fused --quick 2>&1 | tail -n 4

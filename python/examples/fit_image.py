@@ -5,7 +5,13 @@
 """Fit an image with tinycudann.
 
     fit_image.py [IMAGE] [--config CFG.json] [--steps N] [--batch N] [--device auto|cpu|cuda]
-                 [--cuda-graph] [--out OUT.png] [--json METRICS.json]
+                 [--mode eager|graph|trainer|all] [--out OUT.png] [--json METRICS.json]
+
+The three ways to train a tinycudann module from PyTorch (--mode):
+  eager    the module in a plain PyTorch loop: torch loss, loss.backward(), torch.optim.Adam
+  graph    the same step captured once with torch.cuda.graph and replayed (CUDA only; --cuda-graph)
+  trainer  tinycudann.Trainer: the C++ step (forward, loss, backward, Adam; one CUDA graph on a GPU)
+  all      each of them in turn from the same initial weights, then a table of their times
 
 IMAGE defaults to the bundled data/default.png (`tnn make-image` writes it); the name `synthetic`
 selects a small generated picture. The config is tcnn's JSON (encoding, network, loss, optimizer);
@@ -223,7 +229,9 @@ def main(argv=None):
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--eval-interval", type=int, default=250)
-    ap.add_argument("--cuda-graph", action="store_true", help="capture one training step in a CUDA graph and replay it")
+    ap.add_argument("--mode", choices=["eager", "graph", "trainer", "all"], default="eager",
+                    help="how to train (see above); default eager")
+    ap.add_argument("--cuda-graph", action="store_true", help="the same as --mode graph")
     ap.add_argument("--n-neurons", type=int, help="override the network's n_neurons")
     ap.add_argument("--out", help="write the reconstruction as PNG")
     ap.add_argument("--json", help="write metrics as JSON")
@@ -232,9 +240,9 @@ def main(argv=None):
     if args.steps < 1 or args.batch < 1 or args.eval_interval < 1:
         ap.error("--steps, --batch and --eval-interval must be positive")
 
+    if args.cuda_graph:
+        args.mode = "graph"
     device = choose_device(args.device)
-    if args.cuda_graph and device.type != "cuda":
-        ap.error("--cuda-graph needs a CUDA device")
     config_path = args.config or data_path("config_gpu.json" if device.type == "cuda" else "config_cpu.json")
     with open(config_path) as f:
         config = json.load(f)
@@ -253,84 +261,120 @@ def main(argv=None):
     img = img.to(device)
     h, w, _ = img.shape
 
+    modes = ["eager", "graph", "trainer"] if args.mode == "all" else [args.mode]
+    if device.type != "cuda":
+        if args.mode == "graph":
+            ap.error("--mode graph (--cuda-graph) needs a CUDA device")
+        modes = [m for m in modes if m != "graph"]
+    print(f"fit_image.py: {image_name} ({w}x{h}) on {device}, config {config_path}")
+    runs = [train(mode, config, img, device, args) for mode in modes]
+    if len(runs) > 1:
+        print("\nmode      ms/step (wall)  steps/s  final PSNR")
+        for r in runs:
+            print(f"{r['mode']:8s}  {r['ms_per_step']:14.3f}  {r['steps_per_second']:7.1f}  {r['final_psnr']:8.2f} dB")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(runs[0] if len(runs) == 1 else {"runs": runs}, f, indent=2)
+    worst = min(r["final_psnr"] for r in runs)
+    if args.min_psnr is not None and worst < args.min_psnr:
+        print(f"fit_image.py: final PSNR {worst:.2f} dB is below --min-psnr {args.min_psnr}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def train(mode, config, img, device, args):
+    """Trains a fresh model (same seed in every mode) for args.steps steps; returns its metrics."""
+    h, w, _ = img.shape
     torch.manual_seed(args.seed)
     model = tcnn.NetworkWithInputEncoding(2, 3, config.get("encoding", {"otype": "Identity"}), config["network"],
                                           seed=args.seed, device=device)
-    loss_fn = make_loss(config.get("loss", {}))
-    opt, regularise = make_optimizer(config.get("optimizer", {}), model, capturable=args.cuda_graph)
-    print(f"fit_image.py: {image_name} ({w}x{h}) on {device}, config {config_path}")
-    print(f"model: {model.native_tcnn_module.describe()}, {model.params.numel()} params, batch {args.batch}, "
-          f"steps {args.steps}{', CUDA graph' if args.cuda_graph else ''}")
+    print(f"[{mode}] model: {model.native_tcnn_module.describe()}, {model.params.numel()} params, "
+          f"batch {args.batch}, steps {args.steps}")
 
-    def train_step():
-        # Sampled on the device from torch's generator, so the step has no host work (and can be captured).
+    def sample():
+        # Sampled on the device from torch's generator: no host work in the step (it can be captured).
         uv = torch.rand(args.batch, 2, device=device)
-        loss = loss_fn(model(uv).float(), bilinear(img, uv))
-        opt.zero_grad(set_to_none=False)
-        loss.backward()
-        regularise()
-        opt.step()
-        return loss
+        return uv, bilinear(img, uv)
 
-    step_fn = train_step
-    if args.cuda_graph:
-        # torch's recipe: warm up on a side stream (allocations, Adam state), then capture one step
-        # on that same stream (tiny-rdna4-nn caches GPU temporaries per stream, and a capturing
-        # stream may not allocate). The warm-up steps are real training steps and count towards --steps.
-        warmup = min(3, args.steps)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                train_step()
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side):
-            static_loss = train_step()
+    start = 0
+    if mode == "trainer":
+        # The loss and optimizer configs go to the C++ Trainer as they are (every tcnn loss and
+        # optimizer, l2_reg included); it updates model.params in place.
+        trainer = tcnn.Trainer(model, config.get("loss", {"otype": "RelativeL2"}),
+                               config.get("optimizer", {"otype": "Adam"}))
 
         def step_fn():
-            graph.replay()
-            return static_loss
-        start = warmup
+            trainer.step(*sample())
+            return None
+
+        def loss_value(_):
+            return trainer.loss()
     else:
-        start = 0
+        loss_fn = make_loss(config.get("loss", {}))
+        opt, regularise = make_optimizer(config.get("optimizer", {}), model, capturable=mode == "graph")
+
+        def train_step():
+            uv, target = sample()
+            loss = loss_fn(model(uv).float(), target)
+            opt.zero_grad(set_to_none=False)
+            loss.backward()
+            regularise()
+            opt.step()
+            return loss
+
+        def loss_value(loss):
+            return loss.item()  # synchronises
+
+        step_fn = train_step
+        if mode == "graph":
+            # torch's recipe: warm up on a side stream (allocations, Adam state), then capture one
+            # step; the warm-up steps are real training steps and count towards --steps.
+            start = min(3, args.steps)
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for _ in range(start):
+                    train_step()
+            torch.cuda.current_stream(device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=side):
+                static_loss = train_step()
+
+            def step_fn():
+                graph.replay()
+                return static_loss
 
     curve, train_seconds, last_loss, last_psnr = [], 0.0, float("nan"), float("nan")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
     for step in range(start, args.steps):
         t0 = time.perf_counter()
         loss = step_fn()
         report = (step + 1) % args.eval_interval == 0 or step + 1 == args.steps
         if report:
-            last_loss = loss.item()  # synchronises
+            last_loss = loss_value(loss)
+            sync()
         train_seconds += time.perf_counter() - t0
         if not report:
             continue
-        sync()
         last_psnr = psnr(reconstruct(model, img), img)
         rate = (step + 1 - start) / max(train_seconds, 1e-9)
         curve.append({"step": step + 1, "loss": last_loss, "psnr": last_psnr, "seconds": train_seconds})
-        print(f"step {step + 1:6d}/{args.steps}  loss {last_loss:.5f}  PSNR {last_psnr:6.2f} dB  {rate:7.1f} steps/s",
-              flush=True)
+        print(f"[{mode}] step {step + 1:6d}/{args.steps}  loss {last_loss:.5f}  PSNR {last_psnr:6.2f} dB  "
+              f"{rate:7.1f} steps/s", flush=True)
 
     result = reconstruct(model, img)
     final_psnr = psnr(result, img)
     rate = (args.steps - start) / max(train_seconds, 1e-9)
-    print(f"final PSNR {final_psnr:.2f} dB after {args.steps} steps ({rate:.1f} steps/s, {train_seconds:.1f}s training)")
+    print(f"[{mode}] final PSNR {final_psnr:.2f} dB after {args.steps} steps ({rate:.1f} steps/s, "
+          f"{1e3 / rate:.3f} ms per step, {train_seconds:.1f}s training)")
     if args.out:
-        save_png(args.out, result)
-        print(f"wrote {args.out}")
-    if args.json:
-        metrics = {"device": str(device), "image": image_name, "config_path": config_path, "config": config,
-                   "steps": args.steps, "batch": args.batch, "seed": args.seed, "cuda_graph": args.cuda_graph,
-                   "final_psnr": final_psnr, "final_loss": last_loss, "train_seconds": train_seconds,
-                   "steps_per_second": rate, "curve": curve}
-        with open(args.json, "w") as f:
-            json.dump(metrics, f, indent=2)
-    if args.min_psnr is not None and final_psnr < args.min_psnr:
-        print(f"fit_image.py: final PSNR {final_psnr:.2f} dB is below --min-psnr {args.min_psnr}", file=sys.stderr)
-        return 1
-    return 0
+        out = args.out if args.mode != "all" else args.out.replace(".png", f"_{mode}.png")
+        save_png(out, result)
+        print(f"[{mode}] wrote {out}")
+    return {"mode": mode, "device": str(device), "steps": args.steps, "batch": args.batch, "seed": args.seed,
+            "config": config, "final_psnr": final_psnr, "final_loss": last_loss, "train_seconds": train_seconds,
+            "steps_per_second": rate, "ms_per_step": 1e3 / rate, "curve": curve}
 
 
 if __name__ == "__main__":

@@ -102,12 +102,23 @@ public:
         m_module->init_params(seed, static_cast<float*>(ptr(params_fp32)));
     }
 
+    // params_dtype: the dtype of the values at `params`; when it is not the module's (fp32 master weights
+    // of a half-precision module), they are rounded into a stream-ordered temporary first: one launch from
+    // here instead of a cast through torch on every call.
     void inference(int device, uintptr_t stream, int64_t rows, uintptr_t input, const std::string& input_dtype,
-                   uintptr_t output, uintptr_t params) const {
+                   uintptr_t output, uintptr_t params, const std::string& params_dtype) const {
         const tnn::DType in_t = tnn::parse_dtype(input_dtype);
+        const tnn::DType p_t = params_dtype.empty() ? m_module->param_dtype() : tnn::parse_dtype(params_dtype);
         py::gil_scoped_release release;
         const tnn::Stream s = make_stream(device, stream);
-        m_module->inference(s, in_view(device, rows, input, in_t), out_view(device, rows, output), ptr(params));
+        if (p_t == m_module->param_dtype() || m_module->n_params() == 0) {
+            m_module->inference(s, in_view(device, rows, input, in_t), out_view(device, rows, output), ptr(params));
+            return;
+        }
+        const auto n = static_cast<int64_t>(m_module->n_params());
+        tnn::Tensor rounded = tnn::Tensor::temporary(s, 1, n, m_module->param_dtype());
+        tnn::convert(s, tnn::ConstView(ptr(params), p_t, make_device(device), 1, n), rounded.view());
+        m_module->inference(s, in_view(device, rows, input, in_t), out_view(device, rows, output), rounded.data());
     }
 
     NativeContext forward(int device, uintptr_t stream, int64_t rows, uintptr_t input, const std::string& input_dtype,
@@ -308,7 +319,9 @@ PYBIND11_MODULE(_C, m) {
         .def("supports_device", &NativeModule::supports_device, py::arg("device"))
         .def("supports_backward_backward", &NativeModule::supports_backward_backward)
         .def("initial_params", &NativeModule::initial_params, py::arg("seed"), py::arg("params_fp32"))
-        .def("inference", &NativeModule::inference)
+        .def("inference", &NativeModule::inference, py::arg("device"), py::arg("stream"), py::arg("rows"),
+             py::arg("input"), py::arg("input_dtype"), py::arg("output"), py::arg("params"),
+             py::arg("params_dtype") = std::string())
         .def("forward", &NativeModule::forward)
         .def("backward", &NativeModule::backward)
         .def("backward_backward_input", &NativeModule::backward_backward_input);

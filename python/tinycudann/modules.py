@@ -215,12 +215,20 @@ def _default_device():
     return torch.device("cpu")
 
 
+# The current stream's raw handle without building a torch.cuda.Stream object (several microseconds a
+# call on a slow host); the public API where a torch build lacks it.
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _where(t):
     """(device index, native stream handle) for the C++ call; -1 and 0 for the CPU."""
-    if t.device.type == "cpu":
+    device = t.device
+    if device.type == "cpu":
         return -1, 0
-    if t.device.type == "cuda":  # also ROCm builds of torch, whose streams are hipStream_t
-        return t.device.index, torch.cuda.current_stream(t.device).cuda_stream
+    if device.type == "cuda":  # also ROCm builds of torch, whose streams are hipStream_t
+        if _current_raw_stream is not None:
+            return device.index, _current_raw_stream(device.index)
+        return device.index, torch.cuda.current_stream(device).cuda_stream
     raise TcnnError(f"tinycudann: tensors on {t.device} are not supported; use cpu or cuda tensors")
 
 
@@ -250,7 +258,9 @@ class _Native:
         self.describe = module.describe()
 
     def params_for_call(self, params):
-        return params.to(self.param_dtype).contiguous()
+        # Detached: the C++ calls read the storage this returns, which stays alive with it even if the
+        # caller replaces params.data before the backward pass.
+        return params.detach().to(self.param_dtype).contiguous()
 
     def empty_output(self, x):
         return torch.empty((x.shape[0], self.n_output_dims), dtype=self.output_dtype, device=x.device)
@@ -283,11 +293,15 @@ def _unscaled_gradients(dL_dinput, dL_dparams, params, scale):
 
 def _inference(native, x, params):
     output = native.empty_output(x)
-    params_native = native.params_for_call(params.detach())
     device, stream = _where(x)
-    native.module.inference(
-        device, stream, x.shape[0], x.data_ptr(), native.input_dtype_name, output.data_ptr(), params_native.data_ptr()
-    )
+    if params.dtype is torch.float32 and params.is_contiguous():
+        # fp32 master weights go as they are: a half-precision module rounds them in the same C++ call.
+        native.module.inference(device, stream, x.shape[0], x.data_ptr(), native.input_dtype_name,
+                                output.data_ptr(), params.data_ptr(), "float32")
+    else:
+        params_native = native.params_for_call(params)
+        native.module.inference(device, stream, x.shape[0], x.data_ptr(), native.input_dtype_name,
+                                output.data_ptr(), params_native.data_ptr())
     return output
 
 
@@ -614,7 +628,10 @@ class Module(torch.nn.Module):
             _check_call(native, x, params)
         x = _to_params_device(native, x, params)
         # tcnn casts every input to float32 (float64 for float64 modules) and makes it contiguous.
-        x = x.to(native.input_dtype).contiguous()
+        if x.dtype is not native.input_dtype:
+            x = x.to(native.input_dtype)
+        if not x.is_contiguous():
+            x = x.contiguous()
         if _input_checks:
             _check_finite_rows(native.describe, x)
         with _device_guard(x):
