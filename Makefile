@@ -17,12 +17,23 @@ HIP_BUILD ?= build-hip
 
 .PHONY: demo test gpu-check hip-gpu-check clean
 
+# The demo compiles the GPU backend only where a GPU is there to run it (nvcc alone is not enough): a
+# machine without one builds the CPU library and the program in a build folder of their own.
+HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+ifneq ($(and $(NVCC),$(HAVE_GPU)),)
+DEMO_BUILD ?= $(BUILD)
+DEMO_FLAGS := $(CUDA_FLAGS)
+else
+DEMO_BUILD ?= $(BUILD)-demo-cpu
+DEMO_FLAGS := -DTNN_CUDA=OFF
+endif
+
 demo:
 	@scripts/install_deps.sh build
-	@cmake -S . -B $(BUILD) -G Ninja $(CUDA_FLAGS) -DTNN_TESTS=OFF -DTNN_PYTHON=OFF $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(BUILD) --target tnn_app -j $(JOBS)
+	@cmake -S . -B $(DEMO_BUILD) -G Ninja $(DEMO_FLAGS) -DTNN_TESTS=OFF -DTNN_PYTHON=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(DEMO_BUILD) --target tnn_app -j $(JOBS)
 	@mkdir -p out
-	$(BUILD)/tnn fit-image --out out/demo.png --json out/demo.json
+	$(DEMO_BUILD)/tnn fit-image --out out/demo.png --json out/demo.json
 
 test:
 	@scripts/install_deps.sh build test python hip
@@ -38,4 +49,4 @@ hip-gpu-check:
 	@bash scripts/hip_gpu_check.sh
 
 clean:
-	rm -rf $(BUILD) $(HIP_BUILD) out
+	rm -rf $(BUILD) $(BUILD)-demo-cpu $(HIP_BUILD) out
