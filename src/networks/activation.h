@@ -100,6 +100,12 @@ template <typename T> TNN_HD inline T activation_second_derivative(Activation a,
     return T(0);
 }
 
+// Activations whose derivative the backward passes read off the stored activation a (a > 0 exactly
+// when z > 0, unless a tiny z rounds to 0 in a 16-bit dtype): no pre-activation needs keeping.
+TNN_HD constexpr bool derivative_from_output(Activation a) {
+    return a == Activation::None || a == Activation::ReLU || a == Activation::LeakyReLU;
+}
+
 // Calls f(std::integral_constant<Activation, A>{}) for the runtime activation a: the one place where
 // an activation becomes a template parameter (GPU kernels specialise their epilogues on it).
 template <typename F> decltype(auto) dispatch_activation(Activation a, F&& f) {

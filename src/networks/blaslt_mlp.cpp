@@ -1,9 +1,12 @@
 // BlasLtMLP, host side: config validation and errors, the test hooks, and the module that hands
-// validated GPU calls to blaslt_mlp.cu. Compiled in every build so that the otype is always known;
-// where the build has no BLAS-Lt library, creating one is an UnsupportedError naming the alternatives.
+// validated GPU calls to blaslt_mlp.cu and CPU calls to the CPU backend (MlpReference<T>, which rounds
+// where the GPU passes round). Compiled in every build: a build without a BLAS-Lt library (CPU only, or
+// HIP without hipBLASLt) creates and runs BlasLtMLP on the CPU; only its GPU calls fail, naming the
+// alternatives.
 #include "networks/blaslt_mlp.h"
 
 #include "networks/network_registry.h"
+#include "networks/portable_mlp.h"
 
 #include <atomic>
 
@@ -12,7 +15,8 @@ namespace tnn {
 namespace blaslt_mlp {
 
 const char* const kUnavailableMessage =
-    "BlasLtMLP needs cuBLASLt/hipBLASLt, not available in this build; use PortableMLP or FullyFusedMLP";
+    "BlasLtMLP on the GPU needs cuBLASLt/hipBLASLt, not available in this build (it runs on the CPU); use "
+    "PortableMLP or FullyFusedMLP on the GPU";
 
 bool available() {
 #ifdef TNN_WITH_GPU
@@ -66,37 +70,52 @@ public:
         if (m_tf32) j["tf32"] = true;
         return j;
     }
-    // supports_device stays Module's (true for the CPU too): such calls reach the module and fail
-    // with a message naming PortableMLP.
+    // supports_device stays Module's (true): the CPU backend always runs, and a GPU call in a build
+    // without a BLAS-Lt library fails with kUnavailableMessage (blaslt_mlp.cu) or, in a build without
+    // a GPU backend, with the module's "no GPU backend" error.
 
 private:
-    void require_gpu(Device d) const {
-        if (d.is_cpu())
-            throw UnsupportedError(msg(describe(), ": BlasLtMLP runs on the GPU only; use PortableMLP on the CPU"));
-    }
+    // The CPU backend: the GPU passes round where MlpReference<T> rounds (docs/blaslt_mlp.md). TF32
+    // is a GPU tensor-core mode; the CPU computes those networks in full fp32 (within TF32's bound).
+    static constexpr MlpRounding kCpuRounding{};
 
     void inference_impl(const Stream& stream, ConstView input, View output, const void* params) const override {
-        require_gpu(input.device);
+        if (input.device.is_cpu()) {
+            mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, false);
+            return;
+        }
 #ifdef TNN_WITH_GPU
         blaslt_mlp::inference(*m_plans, stream, input, output, params);
+#else
+        (void)stream;
+        throw_no_gpu_backend(describe());
 #endif  // TNN_WITH_GPU
     }
 
     std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView input, View output, const void* params,
                                           bool) const override {
-        require_gpu(input.device);
+        if (input.device.is_cpu())
+            return mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, true);
 #ifdef TNN_WITH_GPU
         return blaslt_mlp::forward(*m_plans, stream, input, output, params);
 #else
-        return nullptr;
+        (void)stream;
+        throw_no_gpu_backend(describe());
 #endif  // TNN_WITH_GPU
     }
 
     void backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
                        View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
-        require_gpu(input.device);
+        if (input.device.is_cpu()) {
+            mlp_cpu::backward(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_doutput, dL_dinput,
+                              dL_dparams, params, mode);
+            return;
+        }
 #ifdef TNN_WITH_GPU
         blaslt_mlp::backward(*m_plans, stream, ctx, input, dL_doutput, dL_dinput, dL_dparams, params, mode);
+#else
+        (void)stream, (void)ctx;
+        throw_no_gpu_backend(describe());
 #endif  // TNN_WITH_GPU
     }
 
@@ -111,14 +130,14 @@ void register_blaslt_mlp(Registry<NetworkFactory>& registry) {
     registry.add("BlasLtMLP",
                  NetworkFactory{DType::f32,
                                 {DType::f32, DType::f16, DType::bf16, DType::f64},
-                                [](const MlpLayout& l, DType t, DType out, ConfigReader& r) {
+                                [](const MlpLayout& l, DType t, DType out, ConfigReader& r, const std::string& who) {
                                     // TF32 tensor-core GEMMs for float32 networks (10-bit mantissa products,
                                     // fp32 accumulation); float16 / bfloat16 networks ignore it.
                                     const bool tf32 = r.get_bool("tf32", false);
                                     if (t == DType::f64)
-                                        throw DTypeError("BlasLtMLP: dtype float64 is not supported; valid choices: "
-                                                         "float32, float16, bfloat16 (use PortableMLP for float64)");
-                                    if (!blaslt_mlp::available()) throw UnsupportedError(blaslt_mlp::kUnavailableMessage);
+                                        throw DTypeError(msg(who, ": dtype float64 is not supported; valid choices: "
+                                                                  "float32, float16, bfloat16 (use PortableMLP for "
+                                                                  "float64)"));
                                     return std::unique_ptr<Network>(new BlasLtMlp(l, t, out, tf32));
                                 }});
 }

@@ -1,10 +1,12 @@
 // FullyFusedMLP, host side: config validation and errors, the shared-memory planner (pure host
-// code, tested on the CPU), and the module that hands validated calls to the GPU entry points in
-// fully_fused_mlp.cu. Compiled in every build so that the otype is always known.
+// code, tested on the CPU), and the module that hands validated GPU calls to the entry points in
+// fully_fused_mlp.cu and CPU calls to the CPU backend (MlpReference<T> with the kernels' rounding).
+// Compiled in every build: a CPU-only build creates and runs FullyFusedMLP on the CPU.
 #include "networks/fully_fused_mlp.h"
 
 #include "networks/activation.h"
 #include "networks/network_registry.h"
+#include "networks/portable_mlp.h"
 
 #include <algorithm>
 #include <mutex>
@@ -328,29 +330,32 @@ class FullyFusedMlp final : public Network {
 public:
     FullyFusedMlp(const MlpLayout& layout, DType dtype, DType output_dtype) : Network(layout, dtype, output_dtype) {}
     std::string name() const override { return "FullyFusedMLP"; }
-    // True for the CPU too: such calls reach the module and fail with a message naming PortableMLP.
-    // GPUs of every GPU build (CUDA: sm_80+; HIP: gfx12) have kernels; other devices get an error.
+    // The CPU backend always runs; GPUs of every GPU build (CUDA: sm_80+; HIP: gfx12) have kernels,
+    // other GPUs get an error from the launcher.
     bool supports_device(Device) const override { return true; }
 
 private:
-    void require_gpu(Device d) const {
-        if (d.is_cpu())
-            throw UnsupportedError(msg(describe(), ": FullyFusedMLP runs on the GPU only; use PortableMLP on the CPU"));
-#if !defined(TNN_WITH_GPU)
-        throw UnsupportedError(msg(describe(), ": this build has no FullyFusedMLP kernels for ", d.str(),
-                                   " (it has no GPU backend); use PortableMLP"));
-#endif  // !TNN_WITH_GPU
-    }
+    // The CPU backend rounds where the kernels round (fully_fused_mlp_kernels.cuh): input, hidden
+    // activations, every dz and the stashed f'(z) to the network dtype; sums in fp32.
+    static constexpr MlpRounding kCpuRounding{true};
 
     void inference_impl(const Stream& stream, ConstView input, View output, const void* params) const override {
-        require_gpu(input.device);
+        if (input.device.is_cpu()) {
+            mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, false);
+            return;
+        }
 #if defined(TNN_WITH_GPU)
         ffm::gpu_forward(m_layout, param_dtype(), stream, input, output, params);
+#else
+        (void)stream;
+        throw_no_gpu_backend(describe());
 #endif  // TNN_WITH_GPU
     }
 
     std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView input, View output, const void* params,
                                           bool) const override {
+        if (input.device.is_cpu())
+            return mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, true);
         inference_impl(stream, input, output, params);
         return std::make_unique<FusedContext>();
     }
@@ -361,7 +366,9 @@ public:
                              View values, View* dL_dinput, void* dL_dparams, const void* params) const {
         const char* what = "fused training step";
         check_io(what, stream, input, nullptr, params);
-        require_gpu(input.device);
+        if (input.device.is_cpu())
+            throw UnsupportedError(msg(describe(), " ", what, ": runs on the GPU only (on the CPU, run forward, "
+                                       "the loss and backward)"));
         if (!is_fused_loss_kind(kind))
             throw UnsupportedError(msg(describe(), " ", what, ": the loss is not one the kernel computes (L2, L1, "
                                        "RelativeL2, RelativeL1, MAPE, SMAPE)"));
@@ -383,11 +390,19 @@ public:
 private:
     void backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
                        View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
-        require_gpu(input.device);
+        if (input.device.is_cpu()) {
+            mlp_cpu::backward(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_doutput, dL_dinput,
+                              dL_dparams, params, mode);
+            return;
+        }
         if (!dynamic_cast<const FusedContext*>(&ctx))
-            throw Error(msg(describe(), ": backward got a context from another module"));
+            throw Error(msg(describe(), ": backward got a context that does not come from a GPU forward of this "
+                                        "network"));
 #if defined(TNN_WITH_GPU)
         ffm::gpu_backward(m_layout, param_dtype(), stream, input, dL_doutput, dL_dinput, dL_dparams, params, mode);
+#else
+        (void)stream, (void)dL_doutput, (void)dL_dinput, (void)dL_dparams, (void)params, (void)mode;
+        throw_no_gpu_backend(describe());
 #endif  // TNN_WITH_GPU
     }
 };
@@ -426,19 +441,21 @@ void register_fully_fused_mlp(Registry<NetworkFactory>& registry) {
     registry.add("FullyFusedMLP",
                  NetworkFactory{DType::f16,
                                 {DType::f16, DType::bf16, DType::f32, DType::f64},
-                                [](const MlpLayout& l, DType t, DType out, ConfigReader&) {
+                                [](const MlpLayout& l, DType t, DType out, ConfigReader&, const std::string& who) {
                                     if (t != DType::f16 && t != DType::bf16)
-                                        throw DTypeError(msg("FullyFusedMLP: dtype ", dtype_name(t),
+                                        throw DTypeError(msg(who, ": dtype ", dtype_name(t),
                                                              " is not supported (tensor cores take float16 or "
                                                              "bfloat16); use PortableMLP or BlasLtMLP for ",
                                                              dtype_name(t)));
                                     if (!ffm::is_supported_width(l.width))
-                                        throw ConfigError(msg("FullyFusedMLP: n_neurons ", l.width,
+                                        throw ConfigError(msg(who, ": n_neurons ", l.width,
                                                               " is not supported; valid choices: 16, 32, 64, 128 "
-                                                              "(use BlasLtMLP or PortableMLP for other widths)"));
+                                                              "(use BlasLtMLP, tcnn's CutlassMLP, or PortableMLP for "
+                                                              "other widths)"));
                                     if (l.n_hidden_layers < 1)
-                                        throw ConfigError("FullyFusedMLP: n_hidden_layers must be at least 1 (use "
-                                                          "BlasLtMLP or PortableMLP for a single linear layer)");
+                                        throw ConfigError(msg(who, ": n_hidden_layers must be at least 1 (use "
+                                                                   "BlasLtMLP or PortableMLP for a single linear "
+                                                                   "layer)"));
                                     return std::unique_ptr<Network>(new FullyFusedMlp(l, t, out));
                                 }});
 }

@@ -7,6 +7,7 @@
 #include <tnn/network.h>
 
 #include "losses/loss_math.h"
+#include "networks/activation.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -199,11 +200,9 @@ template <typename OA, typename OB> struct GridWalk2 : GridWalk {
     }
 };
 
-// Activations whose derivative the backward pass can read off the stored activation value
-// (a > 0 <=> z > 0); the others store f'(z) rounded to the network dtype next to it.
-constexpr bool derivative_from_output(Activation a) {
-    return a == Activation::None || a == Activation::ReLU || a == Activation::LeakyReLU;
-}
+// The activations whose derivative the backward pass reads off the stored activation (activation.h);
+// the others store f'(z) rounded to the network dtype next to it.
+using tnn::derivative_from_output;
 
 // ---- Shared-memory plans. Offsets are bytes into the dynamic shared memory of one block; every
 // region is 16-byte aligned. Rows are block-local: warp w owns rows [w * rows_per_warp, ...).

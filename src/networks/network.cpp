@@ -71,17 +71,41 @@ void Network::init_params(Pcg32& rng, float* params) const {
         for (size_t i = m_layout.n_matrix_params(); i < m_layout.n_params(); ++i) params[i] = 0.0f;
 }
 
+namespace {
+
+// tcnn's otype when a network config has none.
+constexpr const char* kTcnnDefaultOtype = "MLP";
+
+// Registers tcnn's name for one of our backends: the backend's factory, with tcnn's default precision.
+void add_tcnn_name(Registry<NetworkFactory>& r, const std::string& name, const std::string& backend, DType dtype) {
+    NetworkFactory f = r.get(backend);
+    f.backend = backend;
+    f.default_dtype = dtype;
+    r.add(name, std::move(f));
+}
+
+// The otype of a network config: its "otype" key, or tcnn's default when there is none.
+std::string network_otype(const json& config) {
+    if (config.is_object() && !config.contains("otype")) return kTcnnDefaultOtype;
+    return require_otype(config, "network");
+}
+
+}  // namespace
+
 const Registry<NetworkFactory>& network_registry() {
     static const Registry<NetworkFactory> registry = [] {
         Registry<NetworkFactory> r("network");  // in the order error messages name them
         register_portable_mlp(r);
         register_blaslt_mlp(r);
         register_fully_fused_mlp(r);
-        const std::string alternatives = "use PortableMLP (any device), BlasLtMLP (GPU, any width) or FullyFusedMLP "
-                                         "(GPU tensor cores); tiny-rdna4-nn never substitutes one backend for another";
-        r.reject("CutlassMLP", "tiny-rdna4-nn has no CUTLASS backend; " + alternatives);
-        r.reject("MLP", "the name is ambiguous in tcnn (it picks a backend for you); " + alternatives);
-        r.reject("MegakernelMLP", "not implemented; " + alternatives);
+        // tcnn's names (TCNN_COMPAT.md): CutlassMLP is its GEMM MLP of any width, which BlasLtMLP is;
+        // MLP is its name for CutlassMLP and the otype of a config without one; MegakernelMLP is its
+        // name for FullyFusedMLP. They take tcnn's network precision, float16 (its default on every GPU
+        // with tensor cores), where the config names none. The module is the backend: hyperparams()
+        // give the backend's otype and the dtype, so they round-trip without the alias.
+        add_tcnn_name(r, "CutlassMLP", "BlasLtMLP", DType::f16);
+        add_tcnn_name(r, kTcnnDefaultOtype, "BlasLtMLP", DType::f16);
+        add_tcnn_name(r, "MegakernelMLP", "FullyFusedMLP", DType::f16);
         return r;
     }();
     return registry;
@@ -90,7 +114,7 @@ const Registry<NetworkFactory>& network_registry() {
 std::vector<std::string> network_names() { return network_registry().names(); }
 
 DType network_dtype(const json& config) {
-    const NetworkFactory& factory = network_registry().get(require_otype(config, "network"));
+    const NetworkFactory& factory = network_registry().get(network_otype(config));
     auto it = config.find("dtype");
     if (it == config.end()) return factory.default_dtype;
     if (!it->is_string()) throw ConfigError(msg("network: key 'dtype' must be a string, got ", it->dump()));
@@ -99,12 +123,17 @@ DType network_dtype(const json& config) {
 
 std::unique_ptr<Network> create_network(uint32_t n_input_dims, uint32_t n_output_dims, const json& config,
                                         float input_pad_value) {
-    const std::string otype = require_otype(config, "network");
+    const std::string otype = network_otype(config);
     const NetworkFactory& factory = network_registry().get(otype);
     const std::string name = network_registry().canonical_name(otype);
-    ConfigReader r(config, name + " network");
-    if (n_input_dims == 0) throw ConfigError(msg(name, ": n_input_dims must be at least 1"));
-    if (n_output_dims == 0) throw ConfigError(msg(name, ": n_output_dims must be at least 1"));
+    // Errors name what the config asked for and, for tcnn's names, the backend that runs it.
+    const std::string who = factory.backend.empty() ? name
+                            : config.contains("otype")
+                                ? msg(name, " (tcnn's name for ", factory.backend, ")")
+                                : msg("network without 'otype' (tcnn's default, ", name, ": ", factory.backend, ")");
+    ConfigReader r(config, factory.backend.empty() ? name + " network" : who);
+    if (n_input_dims == 0) throw ConfigError(msg(who, ": n_input_dims must be at least 1"));
+    if (n_output_dims == 0) throw ConfigError(msg(who, ": n_output_dims must be at least 1"));
 
     MlpLayout layout;
     layout.n_input_dims = n_input_dims;
@@ -123,12 +152,12 @@ std::unique_ptr<Network> create_network(uint32_t n_input_dims, uint32_t n_output
     if (std::find(factory.dtypes.begin(), factory.dtypes.end(), dtype) == factory.dtypes.end()) {
         std::vector<std::string> valid;
         for (DType t : factory.dtypes) valid.push_back(dtype_name(t));
-        throw DTypeError(msg(name, ": dtype ", dtype_name(dtype), " is not supported; valid choices: ", join(valid)));
+        throw DTypeError(msg(who, ": dtype ", dtype_name(dtype), " is not supported; valid choices: ", join(valid)));
     }
     if (output_dtype != dtype && output_dtype != DType::f32)
-        throw DTypeError(msg(name, ": output_dtype must be the network dtype (", dtype_name(dtype), ") or float32, got ",
+        throw DTypeError(msg(who, ": output_dtype must be the network dtype (", dtype_name(dtype), ") or float32, got ",
                              dtype_name(output_dtype)));
-    auto net = factory.create(layout, dtype, output_dtype, r);
+    auto net = factory.create(layout, dtype, output_dtype, r, who);
     r.finish();
     return net;
 }

@@ -5,6 +5,7 @@
 #include <tnn/network.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace tnn {
@@ -12,8 +13,14 @@ namespace tnn {
 struct NetworkFactory {
     DType default_dtype = DType::f32;
     std::vector<DType> dtypes;
-    // Reads backend-specific keys from the reader (common keys are read already) and builds it.
-    std::function<std::unique_ptr<Network>(const MlpLayout&, DType dtype, DType output_dtype, ConfigReader&)> create;
+    // Reads backend-specific keys from the reader (common keys are read already) and builds it. `who`
+    // names the request in errors: the backend, or tcnn's name and the backend it means.
+    std::function<std::unique_ptr<Network>(const MlpLayout&, DType dtype, DType output_dtype, ConfigReader&,
+                                           const std::string& who)>
+        create;
+    // For tcnn's names of a backend (CutlassMLP, MLP, MegakernelMLP): the backend's own name; empty
+    // for the backend's own entry. The module reports the backend's name (hyperparams round-trip).
+    std::string backend;
 };
 
 // One registration function per backend file; network.cpp lists them.

@@ -107,7 +107,8 @@ std::unique_ptr<typename MlpReference<T>::Ctx> MlpReference<T>::forward(ConstVie
 }
 
 // backward: dz_L = round_T(g * act_out'(z_L)); dW_l = sum_rows dz_l a_{l-1}^T; db_l = sum_rows dz_l;
-// dz_{l-1} = round_T((W_l^T dz_l) * act'(z_{l-1})); dL/dx = (W_0^T dz_0)[:n_in].
+// dz_{l-1} = round_T((W_l^T dz_l) * act'(z_{l-1})); dL/dx = (W_0^T dz_0)[:n_in]. act' of None / ReLU /
+// LeakyReLU is read off a_{l-1} (equal to reading z_{l-1} except where a tiny z rounds to 0 in T).
 template <typename T>
 void MlpReference<T>::backward(const Ctx& ctx, ConstView dL_doutput, View* dL_dinput, T* dL_dparams,
                                const T* params, GradMode mode) const {
@@ -171,8 +172,17 @@ void MlpReference<T>::backward(const Ctx& ctx, ConstView dL_doutput, View* dL_di
                     break;
                 }
                 const A* z_prev = &ctx.pre[l - 1][blk * n_in * B];
-                for (size_t k = 0; k < dprev.size(); ++k)
-                    dprev[k] = round_to<T>(dprev[k] * activation_derivative(m_l.activation, z_prev[k]));
+                const A* a_below = &ctx.post[l - 1][blk * n_in * B];
+                const Activation act = m_l.activation;
+                if (derivative_from_output(act)) {
+                    for (size_t k = 0; k < dprev.size(); ++k)
+                        dprev[k] = round_to<T>(dprev[k] * activation_derivative(act, a_below[k]));
+                } else {
+                    for (size_t k = 0; k < dprev.size(); ++k) {
+                        const A d = activation_derivative(act, z_prev[k]);
+                        dprev[k] = round_to<T>(dprev[k] * (m_rounding.derivative_in_storage ? round_to<T>(d) : d));
+                    }
+                }
                 std::swap(dz, dprev);
             }
         }
@@ -193,6 +203,34 @@ template class MlpReference<double>;
 template class MlpReference<half>;
 template class MlpReference<bfloat16>;
 
+namespace mlp_cpu {
+
+std::unique_ptr<Context> forward(const MlpLayout& layout, DType dtype, MlpRounding rounding, ConstView input,
+                                 View output, const void* params, bool keep_context) {
+    return dispatch_dtype(dtype, [&](auto t) -> std::unique_ptr<Context> {
+        using T = decltype(t);
+        return MlpReference<T>(layout, rounding).forward(input, output, static_cast<const T*>(params), keep_context);
+    });
+}
+
+void backward(const MlpLayout& layout, DType dtype, MlpRounding rounding, const std::string& who, const Context& ctx,
+              ConstView input, ConstView dL_doutput, View* dL_dinput, void* dL_dparams, const void* params,
+              GradMode mode) {
+    dispatch_dtype(dtype, [&](auto t) {
+        using T = decltype(t);
+        const auto* c = dynamic_cast<const typename MlpReference<T>::Ctx*>(&ctx);
+        if (!c || c->pre.empty())
+            throw Error(msg(who, ": backward got a context that does not come from a CPU forward of this network "
+                                 "(forward with the same module on the same device, keeping the context)"));
+        if (c->rows != input.rows)
+            throw ShapeError(msg(who, ": backward got ", input.rows, " rows, its forward pass had ", c->rows));
+        MlpReference<T>(layout, rounding)
+            .backward(*c, dL_doutput, dL_dinput, static_cast<T*>(dL_dparams), static_cast<const T*>(params), mode);
+    });
+}
+
+}  // namespace mlp_cpu
+
 namespace {
 
 class PortableMlp final : public Network {
@@ -203,13 +241,6 @@ public:
     bool supports_device(Device d) const override { return d.is_cpu() || param_dtype() == DType::f32; }
 
 private:
-    template <typename F> decltype(auto) with_type(F&& f) const {
-        switch (param_dtype()) {
-            case DType::f64: return f(double{});
-            default: return f(float{});
-        }
-    }
-
     std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView input, View output, const void* params,
                                           bool) const override {
         if (input.device.is_gpu()) {
@@ -219,10 +250,7 @@ private:
             throw_no_gpu_backend(describe());
 #endif  // TNN_WITH_GPU
         }
-        return with_type([&](auto t) -> std::unique_ptr<Context> {
-            using T = decltype(t);
-            return MlpReference<T>(m_layout).forward(input, output, static_cast<const T*>(params), true);
-        });
+        return mlp_cpu::forward(m_layout, param_dtype(), {}, input, output, params, true);
     }
 
     void inference_impl(const Stream& stream, ConstView input, View output, const void* params) const override {
@@ -234,10 +262,7 @@ private:
             throw_no_gpu_backend(describe());
 #endif  // TNN_WITH_GPU
         }
-        with_type([&](auto t) {
-            using T = decltype(t);
-            MlpReference<T>(m_layout).forward(input, output, static_cast<const T*>(params), false);
-        });
+        mlp_cpu::forward(m_layout, param_dtype(), {}, input, output, params, false);
     }
 
     void backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
@@ -251,24 +276,20 @@ private:
             throw_no_gpu_backend(describe());
 #endif  // TNN_WITH_GPU
         }
-        with_type([&](auto t) {
-            using T = decltype(t);
-            const auto* c = dynamic_cast<const typename MlpReference<T>::Ctx*>(&ctx);
-            if (!c) throw Error(msg(describe(), ": backward got a context from another module"));
-            MlpReference<T>(m_layout).backward(*c, dL_doutput, dL_dinput, static_cast<T*>(dL_dparams),
-                                               static_cast<const T*>(params), mode);
-        });
+        mlp_cpu::backward(m_layout, param_dtype(), {}, describe(), ctx, input, dL_doutput, dL_dinput, dL_dparams,
+                          params, mode);
     }
 };
 
 }  // namespace
 
 void register_portable_mlp(Registry<NetworkFactory>& registry) {
-    registry.add("PortableMLP", NetworkFactory{DType::f32,
-                                               {DType::f32, DType::f64},
-                                               [](const MlpLayout& l, DType t, DType out, ConfigReader&) {
-                                                   return std::unique_ptr<Network>(new PortableMlp(l, t, out));
-                                               }});
+    registry.add("PortableMLP",
+                 NetworkFactory{DType::f32,
+                                {DType::f32, DType::f64},
+                                [](const MlpLayout& l, DType t, DType out, ConfigReader&, const std::string&) {
+                                    return std::unique_ptr<Network>(new PortableMlp(l, t, out));
+                                }});
 }
 
 }  // namespace tnn

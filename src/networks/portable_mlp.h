@@ -1,14 +1,30 @@
-// PortableMLP: the readable reference MLP. Its CPU implementation (mlp_reference<T>) is the oracle
-// every other network backend is tested against.
+// PortableMLP: the readable reference MLP. Its CPU implementation (MlpReference<T>) is the oracle
+// every other network backend is tested against, and the CPU backend of every network otype.
 #pragma once
 
 #include <tnn/network.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
 namespace tnn {
 
-// The CPU reference of a tcnn MLP with storage type T (float, double, half, bfloat16): activations
-// are rounded to T between layers and the backward pass rounds each layer's gradient to T, as a
-// naive kernel in that precision would; all sums accumulate in acc_t<T>.
+// Where a backend's GPU kernels round beyond what every backend rounds (below), so that its CPU
+// backend computes what they compute.
+struct MlpRounding {
+    // The hidden layers' f'(z) is stored in T before it multiplies dL/da (FullyFusedMLP keeps it in a
+    // 16-bit stash), for the activations whose derivative is not read off the stored activation.
+    bool derivative_in_storage = false;
+};
+
+// The CPU reference of a tcnn MLP with storage type T (float, double, half, bfloat16), and the CPU
+// backend of every network otype. It rounds where the GPU kernels round: the input (padding
+// included) to T; each hidden activation to T; the output layer's f(z) straight to the output dtype;
+// each dz to T (dz = round_T(dL/da * f'(z)), dL/da and every other sum accumulated in acc_t<T>);
+// dL/dinput straight to the input dtype; dL/dparams once, from the acc_t<T> sum (plus the old value
+// when accumulating), to T. The derivative of None / ReLU / LeakyReLU hidden layers is read off the
+// stored activation (a > 0), as the kernels do; the others' from the acc_t<T> pre-activation.
 template <typename T> class MlpReference {
 public:
     using A = acc_t<T>;
@@ -20,14 +36,27 @@ public:
         std::vector<std::vector<A>> pre, post;  // per layer: pre-activation z, post-activation a
     };
 
-    explicit MlpReference(const MlpLayout& layout) : m_l(layout) {}
+    explicit MlpReference(const MlpLayout& layout, MlpRounding rounding = {}) : m_l(layout), m_rounding(rounding) {}
     std::unique_ptr<Ctx> forward(ConstView input, View output, const T* params, bool keep_context) const;
     void backward(const Ctx& ctx, ConstView dL_doutput, View* dL_dinput, T* dL_dparams, const T* params,
                   GradMode mode) const;
 
 private:
     const MlpLayout& m_l;
+    MlpRounding m_rounding;
 };
+
+// The CPU backend of a network module: MlpReference<T> for the module's dtype (the parameters,
+// gradients and context are of that type) with the rounding rules of its GPU kernels. Arguments are
+// validated by the module; rows > 0. `who` names the module in errors (a context that does not come
+// from a CPU forward of this network, or of another batch size).
+namespace mlp_cpu {
+std::unique_ptr<Context> forward(const MlpLayout& layout, DType dtype, MlpRounding rounding, ConstView input,
+                                 View output, const void* params, bool keep_context);
+void backward(const MlpLayout& layout, DType dtype, MlpRounding rounding, const std::string& who, const Context& ctx,
+              ConstView input, ConstView dL_doutput, View* dL_dinput, void* dL_dparams, const void* params,
+              GradMode mode);
+}  // namespace mlp_cpu
 
 #ifdef TNN_WITH_GPU
 // The GPU implementation (portable_mlp.cu): fp32 only, the same function and layout as

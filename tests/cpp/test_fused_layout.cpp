@@ -1000,17 +1000,3 @@ TEST(FullyFusedMLP, ConfigErrorsNameTheAlternatives) {
     auto again = create_network(3, 4, bf->hyperparams());
     EXPECT_EQ(again->hyperparams(), bf->hyperparams());
 }
-
-TEST(FullyFusedMLP, CpuCallsSayItRunsOnTheGpuOnly) {
-    auto net = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 32}, {"n_hidden_layers", 1}});
-    Tensor x(5, 3, DType::f32), y(5, 4, DType::f16);
-    std::vector<half> p(net->n_params(), half(0.0f));
-    try {
-        net->inference(Stream::cpu(), x.view(), y.view(), p.data());
-        FAIL() << "expected UnsupportedError";
-    } catch (const UnsupportedError& e) {
-        EXPECT_NE(std::string(e.what()).find("FullyFusedMLP runs on the GPU only; use PortableMLP on the CPU"),
-                  std::string::npos)
-            << e.what();
-    }
-}

@@ -4,6 +4,7 @@
 // epilogues; then GPU-only properties (bitwise reproducibility, accumulation, streams, threads, graph
 // capture, TF32, which epilogues ran) and the errors of the host side, which need no GPU.
 #include "gpu_test_util.h"
+#include "mlp_accuracy.h"
 
 #include "networks/blaslt_mlp.h"
 #include "networks/portable_mlp.h"
@@ -221,28 +222,12 @@ void expect_same_bits(const std::vector<double>& a, const std::vector<double>& b
     tnn::test::expect_same_bits(narrow(a), narrow(b), what);  // values are fp32 / fp16 / bf16: exact in float
 }
 
-// Accumulation lengths for the error model (see expect_matches_reference).
-struct TermCounts {
-    double forward = 0, input_grad = 0, param_grad = 0;
-};
-
-TermCounts term_counts(const MlpLayout& l, int64_t batch) {
-    TermCounts t;
-    for (uint32_t i = 0; i < l.n_layers(); ++i) {
-        t.forward += l.layer_in(i);
-        t.input_grad += i == l.n_hidden_layers ? l.n_output_dims : l.layer_out(i);
-    }
-    t.input_grad += t.forward;
-    t.param_grad = t.input_grad + static_cast<double>(batch);
-    return t;
-}
-
 // Compares every result with the fp64 reference, allowing the error of the naive computation in the
 // network's precision (eps: the network dtype's; 16-bit networks round activations and gradients to
 // it between layers, which dominates whatever dtype the input or output has).
 void expect_matches(const Network& net, int64_t batch, const MlpResult& got, const MlpResult& ref,
                     const MlpResult& naive, double eps, const std::string& label) {
-    const TermCounts n = term_counts(net.layout(), batch);
+    const MlpTermCounts n = mlp_term_counts(net.layout(), batch);
     expect_matches_reference(narrow(got.y), ref.y, narrow(naive.y), {eps, n.forward}, label + " forward output");
     expect_matches_reference(narrow(got.y_inference), ref.y, narrow(naive.y), {eps, n.forward},
                              label + " inference output");
@@ -573,15 +558,7 @@ TEST(BlasLtMlpConfig, DtypesDefaultsAndErrors) {
     } catch (const DTypeError& e) {
         EXPECT_NE(std::string(e.what()).find("PortableMLP"), std::string::npos) << e.what();
     }
-    if (!blaslt_mlp::available()) {
-        try {
-            create_network(3, 2, {{"otype", "BlasLtMLP"}});
-            ADD_FAILURE() << "a build without BLAS-Lt must refuse BlasLtMLP";
-        } catch (const UnsupportedError& e) {
-            EXPECT_EQ(std::string(e.what()), blaslt_mlp::kUnavailableMessage);
-        }
-        return;
-    }
+    // Every build creates BlasLtMLP (the CPU backend always runs; tests/cpp/test_mlp_backends.cpp).
     for (DType t : kDtypes) {
         json cfg = {{"otype", "blasltmlp"}, {"n_neurons", 48}, {"n_hidden_layers", 3}, {"activation", "SiLU"},
                     {"dtype", dtype_name(t)}, {"bias", true}, {"tf32", true}};
@@ -601,19 +578,25 @@ TEST(BlasLtMlpConfig, DtypesDefaultsAndErrors) {
     EXPECT_FALSE(f32_out->accepts_input_dtype(DType::bf16));
 }
 
-TEST(BlasLtMlpConfig, CpuCallsNamePortableMlp) {
-    if (!blaslt_mlp::available()) GTEST_SKIP() << blaslt_mlp::kUnavailableMessage;
+// A GPU build without a BLAS-Lt library (HIP without hipBLASLt) creates BlasLtMLP and runs it on the
+// CPU; its GPU calls fail with the message that names the alternatives.
+TEST(BlasLtMlpConfig, GpuCallsWithoutTheLibraryNameTheAlternatives) {
+    if (blaslt_mlp::available()) GTEST_SKIP() << "this build has a BLAS-Lt library";
+    TNN_SKIP_WITHOUT_GPU();
+    const Device gpu = Device::gpu(0);
+    const Stream stream = Stream::gpu(nullptr, 0);
     const auto net = create_network(3, 2, {{"otype", "BlasLtMLP"}, {"n_neurons", 16}, {"n_hidden_layers", 1}});
-    Tensor x(4, 3, DType::f32), y(4, 2, DType::f32);
-    fill(Stream::cpu(), x.view(), 0.5);
-    std::vector<float> p(net->n_params(), 0.1f);
+    Tensor x(4, 3, DType::f32, gpu), y(4, 2, DType::f32, gpu), p(1, static_cast<int64_t>(net->n_params()), DType::f32, gpu);
+    fill(stream, x.view(), 0.5);
+    fill(stream, p.view(), 0.1);
     try {
-        net->inference(Stream::cpu(), x.view(), y.view(), p.data());
-        ADD_FAILURE() << "a CPU call must be refused";
+        net->inference(stream, x.view(), y.view(), p.data());
+        ADD_FAILURE() << "a GPU call must be refused without a BLAS-Lt library";
     } catch (const UnsupportedError& e) {
-        EXPECT_NE(std::string(e.what()).find("use PortableMLP on the CPU"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()), blaslt_mlp::kUnavailableMessage);
     }
-    EXPECT_THROW(net->forward(Stream::cpu(), x.view(), y.view(), p.data(), false), UnsupportedError);
+    EXPECT_THROW(net->forward(stream, x.view(), y.view(), p.data(), false), UnsupportedError);
+    stream.synchronize();
 }
 
 TEST(BlasLtMlpGpu, BadCallsRaiseTypedErrors) {

@@ -7,6 +7,7 @@
 #include "gpu_test_util.h"
 
 #include "losses/loss_gpu.h"
+#include "mlp_accuracy.h"
 #include "networks/fully_fused_mlp.h"
 #include "networks/portable_mlp.h"
 
@@ -205,69 +206,13 @@ FusedResult run_gpu(const Network& net, const Stream& stream, const FusedData& d
     return {take(y, stream, "output"), take(dx, stream, "dL/dinput"), dp.to(Device::cpu(), stream)};
 }
 
-struct TermCounts {
-    double forward = 0, input_grad = 0, param_grad = 0;
-};
-TermCounts term_counts(const Network& net, int64_t batch) {
-    const MlpLayout& l = net.layout();
-    TermCounts t;
-    for (uint32_t i = 0; i < l.n_layers(); ++i) {
-        t.forward += l.layer_in(i);
-        t.input_grad += i == l.n_hidden_layers ? l.n_output_dims : l.layer_out(i);
-    }
-    t.input_grad += t.forward;
-    t.param_grad = t.input_grad + static_cast<double>(batch);
-    return t;
-}
-
-// Elementwise "no worse than the naive loop": in each block [begin, end) (a weight matrix, a bias
-// vector, a whole output tensor)
-//   |got_i - ref_i| <= |naive_i - ref_i| + 6 rms_block(naive - ref) + 2 eps |ref_i|.
-// Why this holds for a correct kernel: the kernel and the naive loop round the same forward values
-// to the network dtype, so most of their error is shared; what differs is the fp32 summation order
-// (tensor cores, per-block partials: ~2^-24), one extra rounding of f'(z) for activations other than
-// (Leaky)ReLU (dz: two roundings instead of one, so that part of the error grows by sqrt(2)), and the
-// SFU's exp/sin/log (2^-21). Their sum per element is a fraction of the naive error's scale; 6 rms
-// keeps a Gaussian tail out even over 10^6 elements (P ~ 2e-9 each); 2 eps |ref| allows both results
-// to round to neighbouring values of the network dtype. A wrong index or a lost term is off by
-// O(|ref|), far above: a 5% error in one row of a weight gradient fails (checked on the CPU when
-// the test was written, by feeding the naive result, plain and perturbed, through this function).
-void expect_no_worse_than_naive(const std::vector<double>& got, const std::vector<double>& ref,
-                                const std::vector<double>& naive, double eps,
-                                const std::vector<std::pair<size_t, size_t>>& blocks, const std::string& what) {
-    ASSERT_EQ(got.size(), ref.size()) << what;
-    ASSERT_EQ(naive.size(), ref.size()) << what;
-    int failures = 0;
-    for (auto [begin, end] : blocks) {
-        double ss = 0;
-        for (size_t i = begin; i < end; ++i) ss += (naive[i] - ref[i]) * (naive[i] - ref[i]);
-        const double rms = end > begin ? std::sqrt(ss / double(end - begin)) : 0.0;
-        for (size_t i = begin; i < end; ++i) {
-            const double allowed = std::fabs(naive[i] - ref[i]) + 6 * rms + 2 * eps * std::fabs(ref[i]);
-            if (!(std::fabs(got[i] - ref[i]) <= allowed) && ++failures <= 5)
-                ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", fp64 " << ref[i] << ", naive " << naive[i]
-                              << " (allowed error " << allowed << ", block rms of the naive error " << rms << ")";
-        }
-    }
-    EXPECT_EQ(failures, 0) << what << ": " << failures << " of " << got.size() << " elements worse than the naive loop";
-}
-
-// Blocks of the parameter vector: each layer's matrix, then each layer's bias vector.
-std::vector<std::pair<size_t, size_t>> parameter_blocks(const MlpLayout& l) {
-    std::vector<std::pair<size_t, size_t>> b;
-    for (uint32_t i = 0; i < l.n_layers(); ++i) b.push_back({l.weight_offset(i), l.weight_offset(i + 1)});
-    if (l.bias)
-        for (uint32_t i = 0; i < l.n_layers(); ++i) b.push_back({l.bias_offset(i), l.bias_offset(i) + l.layer_out(i)});
-    return b;
-}
-
 // Compares a GPU result with the fp64 reference: the elementwise rule above, and the shared
 // expect_matches_reference (elementwise n eps (max|ref| + |ref|) with n the longest accumulation
 // chain; whole tensor ||got - ref|| <= 4 ||naive - ref|| + sqrt(n) eps ||ref||), eps being the
 // network dtype's epsilon.
 void expect_close_to_reference(const Network& net, const FusedResult& got, const FusedResult& ref,
                                const FusedResult& naive, int64_t batch, const std::string& what) {
-    const TermCounts n = term_counts(net, batch);
+    const MlpTermCounts n = mlp_term_counts(net.layout(), batch);
     const double eps = dtype_epsilon(net.param_dtype());
     const std::vector<float> y = to_floats(got.y), dx = to_floats(got.dL_dinput), dp = to_floats(got.dL_dparams);
     expect_matches_reference(y, ref.y.to_double_vector(), to_floats(naive.y), {eps, n.forward}, what + " output");
@@ -281,7 +226,7 @@ void expect_close_to_reference(const Network& net, const FusedResult& got, const
     expect_no_worse_than_naive(widen(dx), ref.dL_dinput.to_double_vector(), naive.dL_dinput.to_double_vector(), eps,
                                whole(ref.dL_dinput), what + " dL/dinput");
     expect_no_worse_than_naive(widen(dp), ref.dL_dparams.to_double_vector(), naive.dL_dparams.to_double_vector(), eps,
-                               parameter_blocks(net.layout()), what + " dL/dparams");
+                               mlp_parameter_blocks(net.layout()), what + " dL/dparams");
 }
 
 class FullyFusedMlpGpu : public ::testing::TestWithParam<std::tuple<FusedCase, DType>> {};
@@ -945,16 +890,12 @@ TEST(FullyFusedMlpGpuFusedLoss, BadViewsAreRefused) {
     stream.stream().synchronize();
 }
 
-TEST(FullyFusedMlpGpuProps, BadConfigsAndDevicesRaise) {
-    // Config errors need no GPU; the device error is the one a CPU call gets.
+TEST(FullyFusedMlpGpuProps, BadConfigsRaise) {
+    // Config errors need no GPU. (CPU calls run the CPU backend: tests/cpp/test_mlp_backends.cpp.)
     EXPECT_THROW(create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 48}}), ConfigError);
     EXPECT_THROW(create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 256}}), ConfigError);
     EXPECT_THROW(create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"dtype", "float32"}}), DTypeError);
     EXPECT_THROW(create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"output_dtype", "bfloat16"}}), DTypeError);
-    const auto net = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 16}, {"n_hidden_layers", 1}});
-    Tensor x(2, 3, DType::f32), y(2, 4, DType::f16);
-    std::vector<tnn::half> p(net->n_params(), tnn::half(0.0f));
-    EXPECT_THROW(net->inference(Stream::cpu(), x.view(), y.view(), p.data()), UnsupportedError);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // bias, batch sizes 0 / 1 / 7 / 1000 / 4097), then GPU-only properties: bitwise reproducibility,
 // gradient accumulation, two streams, graph capture, and bad calls that must raise, not crash.
 #include "gpu_test_util.h"
+#include "mlp_accuracy.h"
 
 #include "networks/portable_mlp.h"
 
@@ -117,23 +118,6 @@ MlpResult run_mlp(const Network& net, const Stream& stream, const MlpData& d, in
     return {y.to(Device::cpu()), yi.to(Device::cpu()), dp.to(Device::cpu()), dx.to(Device::cpu())};
 }
 
-// Accumulation lengths for the error model (see expect_matches_reference).
-struct TermCounts {
-    double forward = 0, input_grad = 0, param_grad = 0;
-};
-
-TermCounts term_counts(const Network& net, int64_t batch) {
-    const MlpLayout& l = net.layout();
-    TermCounts t;
-    for (uint32_t i = 0; i < l.n_layers(); ++i) {
-        t.forward += l.layer_in(i);
-        t.input_grad += i == l.n_hidden_layers ? l.n_output_dims : l.layer_out(i);
-    }
-    t.input_grad += t.forward;
-    t.param_grad = t.input_grad + static_cast<double>(batch);
-    return t;
-}
-
 class PortableMlpBackends : public ::testing::TestWithParam<std::tuple<MlpCase, Device>> {};
 
 TEST_P(PortableMlpBackends, MatchesFp64Reference) {
@@ -148,7 +132,7 @@ TEST_P(PortableMlpBackends, MatchesFp64Reference) {
     TestStream stream(device);
     const MlpResult got = run_mlp(*net32, stream, data, c.batch);
 
-    const TermCounts n = term_counts(*net32, c.batch);
+    const MlpTermCounts n = mlp_term_counts(net32->layout(), c.batch);
     const double eps = dtype_epsilon(DType::f32);
     expect_matches_reference(to_floats(got.y), ref.y.to_double_vector(), to_floats(naive.y), {eps, n.forward},
                              "forward output");
