@@ -3,8 +3,9 @@
 // Writing: into an anonymous file in the target's folder (O_TMPFILE; else a new file with a random
 // name, O_EXCL | O_NOFOLLOW), flushed, given a random temporary name, renamed over the target, and
 // the folder synced; a failed write leaves nothing behind and a killed one at most the temporary.
-// Reading: magic, version and header first, every size checked against the file's length in
-// overflow-free arithmetic, then the payload straight into its arrays, checksummed as it streams.
+// Reading (docs/reliability.md): magic, version and header first, every size checked against the
+// file's length in overflow-free arithmetic, then the payload straight into its arrays, checksummed
+// as it streams, then the state's scalars.
 #include <tnn/checkpoint.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -112,30 +114,18 @@ public:
     void read(void* dst, size_t n) {
         if (!m_src.read(dst, n)) throw fail(msg("truncated (", m_src.size(), " bytes; the file ended early)"));
         m_sum.add(dst, n);
-        m_pos += n;
     }
-    uint64_t position() const { return m_pos; }
-    uint64_t checksum() const { return m_sum.value(); }
     // The stored checksum (not summed) and whether it matches what was read.
     bool checksum_matches() {
         uint64_t stored = 0;
         if (!m_src.read(&stored, sizeof(stored))) throw fail(msg("truncated (", m_src.size(), " bytes)"));
         return stored == m_sum.value();
     }
-    // Reads the rest of the data up to the checksum, in chunks (no allocation of the file's size).
-    void skip_to_checksum() {
-        std::vector<char> buf(std::min<uint64_t>(kChunk, m_src.size()));
-        while (m_pos + kChecksumBytes < m_src.size()) {
-            const uint64_t left = m_src.size() - kChecksumBytes - m_pos;
-            read(buf.data(), static_cast<size_t>(std::min<uint64_t>(left, buf.size())));
-        }
-    }
 
 private:
     Source& m_src;
     std::string m_what;
     Fnv1a m_sum;
-    uint64_t m_pos = 0;
 };
 
 uint64_t header_uint(const Reader& r, const json& header, const char* key, uint64_t min, uint64_t max) {
@@ -162,7 +152,7 @@ bool printable(const std::string& s) {
 // reader would refuse, so every checkpoint written can be read back.
 std::string blob_problem(const std::string& name, DType dtype, uint64_t bytes) {
     if (name.empty() || name.size() > kMaxBlobName || !printable(name))
-        return msg("state name '", name, "' must be 1 to ", kMaxBlobName, " printable characters");
+        return msg("a state name must be 1 to ", kMaxBlobName, " printable ASCII characters");
     // State is float32 arrays (4-byte elements) and float64 scalars (Optimizer::state).
     if (dtype == DType::f32 ? bytes % 4 != 0 : dtype != DType::f64 || bytes != 8)
         return msg("state '", name, "' is ", bytes, " bytes of ", dtype_name(dtype),
@@ -181,15 +171,12 @@ CheckpointHeader read_header(Reader& r, uint64_t file_size) {
     uint64_t header_len = 0;
     r.read(&version, sizeof(version));
     r.read(&header_len, sizeof(header_len));
-    if (version == 0 || version > kCheckpointVersion) {
-        // A layout this build cannot interpret: the checksum (which every version ends with) tells
-        // damage apart from a file written by a newer build.
-        r.skip_to_checksum();
-        if (!r.checksum_matches()) throw r.fail("corrupt (checksum mismatch)");
-        if (version == 0) throw r.fail("malformed (format version 0)");
-        throw r.fail(msg("written by a newer format version ", version, "; this build reads up to version ",
+    // A layout this build cannot interpret is refused from its prefix (its checksum would mean reading
+    // a file of any length first).
+    if (version == 0) throw r.fail("corrupt (format version 0)");
+    if (version > kCheckpointVersion)
+        throw r.fail(msg("written by a newer format version ", version, " (or damaged); this build reads up to version ",
                          kCheckpointVersion));
-    }
     if (header_len > kMaxJsonBytes)
         throw r.fail(msg("corrupt header (", header_len, " bytes of header, more than the ", kMaxJsonBytes, " allowed)"));
     if (header_len > file_size - kPrefix - kChecksumBytes)
