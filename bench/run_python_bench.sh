@@ -7,7 +7,9 @@
 # Environment: OUT (default out/python_bench), BUILD (default build-gpu), JOBS, CUDA_ARCH (90a),
 # GPU_TESTS (a gtest filter for tnn_gpu_tests, or "all" for the gpu label; default: none),
 # PYTESTS (pytest files under tests/python to run on CUDA; default: none), BENCH_ARGS (extra
-# arguments of bench_python.py, e.g. "--no-compile --only mlp"), SKIP_BENCH=1.
+# arguments of bench_python.py, e.g. "--no-compile --only mlp"), SKIP_BENCH=1, SOAK=1 (bench/soak.py
+# on the GPU: 100,000 steps, a resume in a new process), SANITIZE=FILTER (scripts/gpu_sanitize.sh over
+# the GPU tests of that gtest filter).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-$PWD/out/python_bench}
@@ -61,5 +63,19 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     >>"$OUT/build.log" 2>&1 &&
     "$BUILD/bench_mlp" --out "$OUT/bench_mlp_fused.json" --only "32->64->16" --pass train_fused --quick 2>&1 | tail -n 4
 fi
+if [ -n "${SOAK:-}" ]; then
+  echo "== soak ($(( $(date +%s) - start )) s so far)"
+  PYTHONPATH="$PWD/$BUILD/python" PYTHONUNBUFFERED=1 "$PY" bench/soak.py --out /tmp/soak --device cuda \
+    >"$OUT/soak.log" 2>&1 || status=1
+  cp /tmp/soak/soak.json "$OUT/soak.json" 2>/dev/null
+  tail -n 3 "$OUT/soak.log"
+fi
+if [ -n "${SANITIZE:-}" ]; then
+  echo "== compute-sanitizer over $SANITIZE ($(( $(date +%s) - start )) s so far)"
+  OUT="$OUT/sanitize" bash scripts/gpu_sanitize.sh "$BUILD" "$SANITIZE" >"$OUT/sanitize.log" 2>&1 || status=1
+  tail -n 12 "$OUT/sanitize.log"
+fi
 echo "done in $(( $(date +%s) - start )) s"
+# The logs leave as one archive (the device tool brings back at most 8 files).
+(cd "$OUT" && tar -czf logs.tgz --remove-files $(ls *.log 2>/dev/null) $(ls -d sanitize 2>/dev/null)) 2>/dev/null
 exit $status
