@@ -18,6 +18,11 @@ BUILD=${BUILD:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
 start=$(date +%s)
 status=0
+# DEADLINE_S: the seconds this script may take in all; a step that would start with less than its
+# usual time left is skipped (and says so), so the logs are archived before an outer limit kills it.
+DEADLINE_S=${DEADLINE_S:-100000}
+left() { echo $(( DEADLINE_S - ($(date +%s) - start) )); }
+have() { if [ "$(left)" -ge "$1" ]; then return 0; fi; echo "== skipped $2: $(left) s left"; return 1; }
 if [ -x /usr/bin/gcc-13 ] && [ -x /usr/bin/g++-13 ]; then
   export CC=/usr/bin/gcc-13 CXX=/usr/bin/g++-13 CUDAHOSTCXX=/usr/bin/g++-13
 fi
@@ -39,22 +44,29 @@ echo "built in $(( $(date +%s) - start )) s"
 if [ -n "${GPU_TESTS:-}" ]; then
   echo "== GPU tests: $GPU_TESTS"
   if [ "$GPU_TESTS" = all ]; then
-    ctest --test-dir "$BUILD" -L gpu -LE python -j 8 --timeout 300 >"$OUT/gpu_tests.log" 2>&1 || status=1
+    timeout $(( $(left) - 200 )) ctest --test-dir "$BUILD" -L gpu -LE python -j 8 --timeout 300 >"$OUT/gpu_tests.log" 2>&1 || status=1
     tail -n 12 "$OUT/gpu_tests.log"
   else
     "$BUILD/tests/tnn_gpu_tests" --gtest_filter="$GPU_TESTS" >"$OUT/gpu_tests.log" 2>&1 || status=1
     grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|tests ran" "$OUT/gpu_tests.log" | tail -n 20
   fi
 fi
-if [ -n "${PYTESTS:-}" ]; then
+if [ -n "${PYTESTS:-}" ] && have 90 pytest; then
   echo "== pytest (CUDA): $PYTESTS"
-  (cd tests/python && PYTHONPATH="$PWD/../../$BUILD/python" "$PY" -m pytest -q -rs -p no:cacheprovider $PYTESTS) \
+  (cd tests/python && PYTHONPATH="$PWD/../../$BUILD/python" timeout $(( $(left) - 60 )) "$PY" -m pytest -q -rs -p no:cacheprovider $PYTESTS) \
     >"$OUT/pytest.log" 2>&1 || status=1
   tail -n 15 "$OUT/pytest.log"
 fi
-if [ -z "${SKIP_BENCH:-}" ]; then
+if [ -n "${SOAK:-}" ] && have 100 soak; then
+  echo "== soak ($(( $(date +%s) - start )) s so far)"
+  PYTHONPATH="$PWD/$BUILD/python" PYTHONUNBUFFERED=1 timeout $(( $(left) - 30 )) "$PY" bench/soak.py --out /tmp/soak --device cuda \
+    >"$OUT/soak.log" 2>&1 || status=1
+  cp /tmp/soak/soak.json "$OUT/soak.json" 2>/dev/null
+  tail -n 3 "$OUT/soak.log"
+fi
+if [ -z "${SKIP_BENCH:-}" ] && have 120 bench; then
   echo "== bench_python.py ($(( $(date +%s) - start )) s so far)"
-  PYTHONPATH="$PWD/$BUILD/python" PYTHONUNBUFFERED=1 "$PY" bench/bench_python.py --out "$OUT/bench_python.json" \
+  PYTHONPATH="$PWD/$BUILD/python" PYTHONUNBUFFERED=1 timeout $(( $(left) - 40 )) "$PY" bench/bench_python.py --out "$OUT/bench_python.json" \
     --md "$OUT/bench_python.md" ${BENCH_ARGS:-} >"$OUT/bench_python.log" 2>&1 || status=1
   cat "$OUT/bench_python.md" 2>/dev/null || tail -n 30 "$OUT/bench_python.log"
   echo "== C++ fused step, 32->64->16 (bench_mlp)"
@@ -63,16 +75,9 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     >>"$OUT/build.log" 2>&1 &&
     "$BUILD/bench_mlp" --out "$OUT/bench_mlp_fused.json" --only "32->64->16" --pass train_fused --quick 2>&1 | tail -n 4
 fi
-if [ -n "${SOAK:-}" ]; then
-  echo "== soak ($(( $(date +%s) - start )) s so far)"
-  PYTHONPATH="$PWD/$BUILD/python" PYTHONUNBUFFERED=1 "$PY" bench/soak.py --out /tmp/soak --device cuda \
-    >"$OUT/soak.log" 2>&1 || status=1
-  cp /tmp/soak/soak.json "$OUT/soak.json" 2>/dev/null
-  tail -n 3 "$OUT/soak.log"
-fi
-if [ -n "${SANITIZE:-}" ]; then
+if [ -n "${SANITIZE:-}" ] && have 60 sanitize; then
   echo "== compute-sanitizer over $SANITIZE ($(( $(date +%s) - start )) s so far)"
-  OUT="$OUT/sanitize" bash scripts/gpu_sanitize.sh "$BUILD" "$SANITIZE" >"$OUT/sanitize.log" 2>&1 || status=1
+  OUT="$OUT/sanitize" timeout $(( $(left) - 15 )) bash scripts/gpu_sanitize.sh "$BUILD" "$SANITIZE" >"$OUT/sanitize.log" 2>&1 || status=1
   tail -n 12 "$OUT/sanitize.log"
 fi
 echo "done in $(( $(date +%s) - start )) s"
