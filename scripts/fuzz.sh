@@ -14,6 +14,9 @@ shift $(( $# < 3 ? $# : 3 ))
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(config checkpoint image)
 cxx=${FUZZ_CXX:-clang++-19}
+# Reports name functions and lines when LLVM's symbolizer is there (llvm-19, install_deps.sh fuzz).
+sym=$(command -v llvm-symbolizer-19 || command -v llvm-symbolizer || true)
+[ -z "$sym" ] || export ASAN_SYMBOLIZER_PATH="$sym"
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTNN_CUDA=OFF -DTNN_HIP=OFF -DTNN_TESTS=OFF -DTNN_PYTHON=OFF -DTNN_FUZZ=ON -DTNN_SANITIZE=address,undefined >/dev/null

@@ -19,8 +19,9 @@ for g in "${groups[@]}"; do
     # clang-19 compiles HIP for gfx1201 (Debian's hipcc 5.2 does not know it); clang-tools-19 has the
     # offload bundler clang needs; llvm-19 has llvm-dis/as (device libraries) and the ISA audit's tools.
     hip)    pkgs+=(clang-19 clang-tools-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs) ;;
-    # libFuzzer (clang's runtime) for the fuzz targets in fuzz/ (scripts/fuzz.sh).
-    fuzz)   pkgs+=(clang-19 libclang-rt-19-dev) ;;
+    # libFuzzer (clang's runtime) for the fuzz targets in fuzz/ (scripts/fuzz.sh); llvm-19 has the
+    # symbolizer that puts function names and lines into sanitizer reports.
+    fuzz)   pkgs+=(clang-19 libclang-rt-19-dev llvm-19) ;;
     *) echo "install_deps.sh: unknown group '$g' (valid: build test bench python hip fuzz)" >&2; exit 2 ;;
   esac
 done
