@@ -142,10 +142,21 @@ Trainer::Trainer(std::shared_ptr<Module> model, std::shared_ptr<Loss> loss, std:
     stream.synchronize();
 }
 
+namespace {
+
+// A part of a full config, or its default; a config that is not a JSON object is a ConfigError here,
+// whichever of the delegating constructor's arguments is evaluated first.
+json config_part(const json& config, const char* key, const json& fallback) {
+    if (!config.is_object()) throw ConfigError(msg("Trainer: the config must be a JSON object, got ", config.type_name()));
+    return config.value(key, fallback);
+}
+
+}  // namespace
+
 Trainer::Trainer(uint32_t n_input_dims, uint32_t n_output_dims, const json& config, Device device, uint64_t seed)
     : Trainer(create_model(n_input_dims, n_output_dims, config),
-              create_loss(config.value("loss", json{{"otype", "L2"}})),
-              create_optimizer(config.value("optimizer", json{{"otype", "Adam"}})), device, seed) {}
+              create_loss(config_part(config, "loss", json{{"otype", "L2"}})),
+              create_optimizer(config_part(config, "optimizer", json{{"otype", "Adam"}})), device, seed) {}
 
 Trainer::~Trainer() = default;
 
@@ -428,8 +439,20 @@ void Trainer::load(const Stream& stream, const std::string& path) {
     }
     if (d.params_fp32.size() != m_model->n_params())
         throw mismatch(msg(d.params_fp32.size(), " parameters vs ", m_model->n_params()));
-    set_params(stream, d.params_fp32.data());
-    m_optimizer->load_state(stream, d.optimizer_state);
+    // A checkpoint whose optimizer state is refused leaves the trainer as it was: weights and state are
+    // put back before the error leaves.
+    const std::vector<float> old_params = params_host(stream);
+    const std::vector<StateBlob> old_state = m_optimizer->state(stream);
+    try {
+        set_params(stream, d.params_fp32.data());
+        m_optimizer->load_state(stream, d.optimizer_state);
+    } catch (...) {
+        set_params(stream, old_params.data());
+        m_optimizer->load_state(stream, old_state);
+        m_impl->expected_step = m_optimizer->step_count();
+        stream.synchronize();
+        throw;
+    }
     m_impl->expected_step = m_optimizer->step_count();
     m_seed = d.seed;
     stream.synchronize();

@@ -230,6 +230,36 @@ TEST(Trainer, BadCalls) {
                  ConfigError);
 }
 
+TEST(Trainer, ConfigThatIsNotAnObjectIsAConfigError) {
+    EXPECT_THROW(Trainer(2, 2, json::array({1, 2}), Device::cpu()), ConfigError);
+    EXPECT_THROW(Trainer(2, 2, json(5), Device::cpu()), ConfigError);
+}
+
+// A checkpoint that passes the reader but whose optimizer state the optimizer refuses (blobs out of
+// order) leaves the trainer's weights, state and step as they were.
+TEST(Trainer, RefusedOptimizerStateChangesNothing) {
+    Trainer t(2, 2, small_config(), Device::cpu(), 3);
+    train(t, 4);
+    const std::string path = temp_path("a.tnn"), bad = temp_path("reordered.tnn");
+    t.save(Stream::cpu(), path);
+    CheckpointData d = read_checkpoint(path);
+    ASSERT_GE(d.optimizer_state.size(), 2u);
+    std::swap(d.optimizer_state.front(), d.optimizer_state.back());
+    for (float& v : d.params_fp32) v += 1.0f;  // other weights: they must not arrive
+    write_checkpoint(bad, d);
+    train(t, 2);
+    const std::vector<float> before = t.params_host(Stream::cpu());
+    const auto state_before = t.optimizer().state(Stream::cpu());
+    EXPECT_THROW(t.load(Stream::cpu(), bad), Error);
+    EXPECT_EQ(t.params_host(Stream::cpu()), before);
+    EXPECT_EQ(t.step_count(), 6u);
+    const auto state_after = t.optimizer().state(Stream::cpu());
+    ASSERT_EQ(state_after.size(), state_before.size());
+    for (size_t i = 0; i < state_after.size(); ++i) EXPECT_EQ(state_after[i].bytes, state_before[i].bytes) << i;
+    std::remove(path.c_str());
+    std::remove(bad.c_str());
+}
+
 TEST(Trainer, FusedLossStepOnlyOnTheGpu) {
     // The fused step needs FullyFusedMLP kernels (trainer.h): a CPU trainer never takes it, whatever
     // its switch says, and the loss kinds it would use are known.
