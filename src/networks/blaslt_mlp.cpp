@@ -73,6 +73,8 @@ public:
     // supports_device stays Module's (true): the CPU backend always runs, and a GPU call in a build
     // without a BLAS-Lt library fails with kUnavailableMessage (blaslt_mlp.cu) or, in a build without
     // a GPU backend, with the module's "no GPU backend" error.
+    // Second derivatives for every activation and dtype, on both devices (docs/blaslt_mlp.md).
+    bool supports_backward_backward() const override { return true; }
 
 private:
     // The CPU backend: the GPU passes round where MlpReference<T> rounds (docs/blaslt_mlp.md). TF32
@@ -113,6 +115,25 @@ private:
         }
 #ifdef TNN_WITH_GPU
         blaslt_mlp::backward(*m_plans, stream, ctx, input, dL_doutput, dL_dinput, dL_dparams, params, mode);
+#else
+        (void)stream, (void)ctx;
+        throw_no_gpu_backend(describe());
+#endif  // TNN_WITH_GPU
+    }
+
+    void backward_backward_input_impl(const Stream& stream, const Context& ctx, ConstView input,
+                                      ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput,
+                                      View* dL_dinput, void* dL_dparams, const void* params,
+                                      GradMode mode) const override {
+        if (input.device.is_cpu()) {
+            mlp_cpu::backward_backward_input(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input,
+                                             dL_ddLdinput, dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams, params,
+                                             mode);
+            return;
+        }
+#ifdef TNN_WITH_GPU
+        blaslt_mlp::backward_backward_input(*m_plans, stream, ctx, input, dL_ddLdinput, dL_doutput, dL_ddLdoutput,
+                                            dL_dinput, dL_dparams, params, mode);
 #else
         (void)stream, (void)ctx;
         throw_no_gpu_backend(describe());

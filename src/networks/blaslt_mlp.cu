@@ -103,6 +103,51 @@ __global__ void blaslt_mlp_reduce_slabs_kernel(const float* __restrict__ partial
     }
 }
 
+// Second order (the maths in portable_mlp.cpp). The output layer's d and e, rows [0, rows) and
+// [rows, 2 rows) of out: d = round_D(u act'(z)), e = round_D(u act''(z) zdot). z (fp32) is unused for
+// None; zdot is the fp32 tangent of z.
+template <typename G, typename D>
+__global__ void blaslt_mlp_second_output_kernel(const G* __restrict__ u, int64_t ld_u, const float* __restrict__ z,
+                                                const float* __restrict__ zdot, int64_t ld_z, Activation act,
+                                                int64_t rows, int64_t cols, D* __restrict__ out, int64_t ld_out) {
+    const int64_t n = rows * cols;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i / cols, c = i % cols;
+        const float g = gpu::to_acc(u[r * ld_u + c]);
+        float d = g, e = 0.0f;
+        if (act != Activation::None) {
+            const float zz = z[r * ld_z + c];
+            d = g * activation_derivative(act, zz);
+            e = g * activation_second_derivative(act, zz) * zdot[r * ld_z + c];
+        }
+        out[r * ld_out + c] = gpu::from_acc<D>(d);
+        out[(rows + r) * ld_out + c] = gpu::from_acc<D>(e);
+    }
+}
+
+// A hidden layer's d and e from prod = [W^T d; W^T e] (fp32, [2 rows, cols]): d = round_D(g act'),
+// e = round_D(h act' + g act'' zdot) into rows [0, rows) and [rows, 2 rows) of out. act' reads `saved`
+// as blaslt_mlp_act_grad_kernel does; act'' (0 for None / ReLU / LeakyReLU) the fp32 pre-activation.
+template <typename S, typename D>
+__global__ void blaslt_mlp_second_combine_kernel(const float* __restrict__ prod, int64_t ld_prod,
+                                                 const S* __restrict__ saved, int64_t ld_saved,
+                                                 const float* __restrict__ pre, const float* __restrict__ zdot,
+                                                 int64_t ld_pre, Activation act, int64_t rows, int64_t cols,
+                                                 D* __restrict__ out, int64_t ld_out) {
+    const int64_t n = rows * cols;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i / cols, c = i % cols;
+        const float g = prod[r * ld_prod + c], h = prod[(rows + r) * ld_prod + c];
+        float d1 = 1.0f;
+        if (act != Activation::None) d1 = activation_derivative(act, gpu::to_acc(saved[r * ld_saved + c]));
+        float e = h * d1;
+        if (!derivative_from_output(act))
+            e += g * activation_second_derivative(act, pre[r * ld_pre + c]) * zdot[r * ld_pre + c];
+        out[r * ld_out + c] = gpu::from_acc<D>(g * d1);
+        out[(rows + r) * ld_out + c] = gpu::from_acc<D>(e);
+    }
+}
+
 // ---- Types.
 
 // Calls f(X{}) with X the device storage type of an MLP dtype.
@@ -745,6 +790,38 @@ void data_gradient(Call& call, Operand g, const void* W, int64_t ld_w, int64_t r
     launch_act_grad(call, Operand{z.data(), DType::f32, ldz}, saved, act, rows, m, dest);
 }
 
+// Writes the padded copy of `input` (lanes past n_in hold `pad`) into rows of `out` ([rows, padded_in]
+// in the network dtype).
+void pad_into(Call& call, ConstView input, float pad, void* out) {
+    const MlpLayout& l = call.plans.layout;
+    const DType t = call.plans.dtype;
+    const int64_t M = input.rows;
+    dispatch_storage(input.dtype, [&](auto s) {
+        using S = decltype(s);
+        dispatch_storage(t, [&](auto d) {
+            using D = decltype(d);
+            blaslt_mlp_pad_input_kernel<S, D><<<elementwise_grid(M * l.padded_input_dims), kElementwiseThreads, 0,
+                                                call.native>>>(input.ptr<S>(), input.stride, l.n_input_dims, M,
+                                                               l.padded_input_dims, pad, static_cast<D*>(out));
+            TNN_GPU_CHECK_LAUNCH("blaslt_mlp_pad_input_kernel");
+        });
+    });
+}
+
+// D[m, n] = op(A) op(B) in fp32, no epilogue, into a [n, ldd] row-major buffer: the library view of
+// every second-order product (spec as in forward_layers / data_gradient).
+void gemm_f32(Call& call, int64_t m, int64_t n, int64_t k, bool trans_a, const void* a, int64_t lda, Operand b,
+              float* d, int64_t ldd) {
+    GemmSpec s = call.spec(m, n, k, trans_a, false, DType::f32);
+    s.lda = lda;
+    s.ldb = b.ld;
+    s.ldd = ldd;
+    s.align_a = alignment_of(a);
+    s.align_b = alignment_of(b.ptr);
+    s.align_d = alignment_of(d);
+    call.run(*call.required(s), a, b.ptr, 0.0f, d);
+}
+
 }  // namespace
 
 void inference(PlanCache& plans, const Stream& stream, ConstView input, View output, const void* params) {
@@ -843,6 +920,152 @@ void backward(PlanCache& plans, const Stream& stream, const Context& context, Co
     gpu::stream_wait(ctx->stream, stream);
 }
 
+// Second order (the maths in portable_mlp.cpp; rounding as MlpReference<T>): the tangent forward, one
+// fp32 GEMM per layer and act' in launch_act_grad (adot = round_T(zdot act'(z)), zdot kept in fp32 where
+// act'' needs it); then the reverse sweep, in which d and e of a layer sit one above the other in one
+// [2M, ld] buffer of the network dtype: W^T [d; e] is one GEMM, and with [adot; a] stacked likewise
+// (a copied next to adot) the weight gradient sum_r d adot^T + e a^T is one reduction over 2M rows
+// (weight_gradient's slabs and rounding). The bias gradient sums e.
+void backward_backward_input(PlanCache& plans, const Stream& stream, const Context& context, ConstView input,
+                             ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput,
+                             void* dL_dparams, const void* params, GradMode mode) {
+    const auto* ctx = dynamic_cast<const BlasLtContext*>(&context);
+    if (!ctx)
+        throw Error("BlasLtMLP backward_backward_input: the context does not come from a GPU forward of this module");
+    if (ctx->rows != input.rows)
+        throw ShapeError(msg("BlasLtMLP backward_backward_input: the forward pass had ", ctx->rows,
+                             " rows, the input has ", input.rows));
+    if (!dL_ddLdoutput && !dL_dinput && !dL_dparams) return;
+    gpu::DeviceGuard guard(stream.device().index);
+    Call call(plans, stream);
+    gpu::stream_wait(stream, ctx->stream);
+
+    const MlpLayout& l = plans.layout;
+    const DType t = plans.dtype;
+    const int64_t M = input.rows, ldh = hidden_ld(l), ldt = top_ld(l), n_out = l.n_output_dims;
+    const int64_t pin = l.padded_input_dims;
+    const uint32_t top = l.n_hidden_layers;
+    const Activation act = l.activation, out_act = l.output_activation;
+    const bool smooth = !derivative_from_output(act);  // act'' != 0: e needs the hidden layers' zdot
+    const bool sweep = dL_dinput || dL_dparams;
+    const bool stack = dL_dparams != nullptr;  // [adot; a] for the weight gradient
+    const int64_t stack_rows = stack ? 2 * M : M;
+    const size_t ts = dtype_size(t);
+
+    // Tangent forward. in_stack: [round_T(v), 0 pad] (and [x, pad] below it when stacking).
+    Tensor in_stack = Tensor::temporary(stream, stack_rows, pin, t);
+    pad_into(call, dL_ddLdinput, 0.0f, in_stack.data());
+    if (stack) pad_into(call, input, l.input_pad_value, element(in_stack.data(), M * pin, t));
+    std::vector<Tensor> adot(top), zdot(top);
+    Tensor zdot_top = Tensor::temporary(stream, M, ldt, DType::f32);
+    Tensor ydot_scratch;
+    Output ydot;
+    if (dL_ddLdoutput) {
+        ydot = Output{dL_ddLdoutput->data, dL_ddLdoutput->dtype, dL_ddLdoutput->stride};
+    } else {
+        ydot_scratch = Tensor::temporary(stream, M, ldt, DType::f32);
+        ydot = Output{ydot_scratch.data(), DType::f32, ldt};
+    }
+    Operand tan{in_stack.data(), t, pin};
+    Tensor z_scratch;  // zdot of a hidden layer when act'' does not need it later
+    for (uint32_t layer = 0; layer <= top; ++layer) {
+        const int64_t K = l.layer_in(layer);
+        const void* W = element(params, static_cast<int64_t>(l.weight_offset(layer)), t);
+        if (layer == top) {
+            gemm_f32(call, n_out, M, K, true, W, K, tan, zdot_top.ptr<float>(), ldt);
+            const Operand z{ctx->pre_out.numel() ? ctx->pre_out.data() : nullptr, DType::f32, ldt};
+            launch_act_grad(call, Operand{zdot_top.data(), DType::f32, ldt}, z, out_act, M, n_out, ydot);
+            break;
+        }
+        Tensor* zd = &z_scratch;
+        if (smooth) zd = &zdot[layer];
+        if (zd->numel() == 0) *zd = Tensor::temporary(stream, M, ldh, DType::f32);
+        gemm_f32(call, l.width, M, K, true, W, K, tan, zd->ptr<float>(), ldh);
+        adot[layer] = Tensor::temporary(stream, stack_rows, ldh, t);
+        const Operand saved = keeps_preactivation(act) ? Operand{ctx->pre[layer].data(), DType::f32, ldh}
+                                                       : Operand{ctx->post[layer].data(), t, ldh};
+        launch_act_grad(call, Operand{zd->data(), DType::f32, ldh}, saved, act, M, l.width,
+                        Output{adot[layer].data(), t, ldh});
+        if (stack)
+            TNN_GPU_CHECK(gpu_memcpy_async(element(adot[layer].data(), M * ldh, t), ctx->post[layer].data(),
+                                           static_cast<size_t>(M * ldh) * ts, gpu_memcpy_default, call.native));
+        tan = Operand{adot[layer].data(), t, ldh};
+    }
+    if (!sweep) {
+        gpu::stream_wait(ctx->stream, stream);
+        return;
+    }
+
+    // d and e of the output layer.
+    Tensor de_top = Tensor::temporary(stream, 2 * M, ldt, t);
+    dispatch_storage(dL_doutput.dtype, [&](auto gt) {
+        using G = decltype(gt);
+        dispatch_storage(t, [&](auto dt) {
+            using D = decltype(dt);
+            blaslt_mlp_second_output_kernel<G, D><<<elementwise_grid(M * n_out), kElementwiseThreads, 0,
+                                                    call.native>>>(
+                dL_doutput.ptr<G>(), dL_doutput.stride, ctx->pre_out.numel() ? ctx->pre_out.ptr<float>() : nullptr,
+                zdot_top.ptr<float>(), ldt, out_act, M, n_out, de_top.ptr<D>(), ldt);
+            TNN_GPU_CHECK_LAUNCH("blaslt_mlp_second_output_kernel");
+        });
+    });
+    Tensor de[2];
+    for (uint32_t i = 0; i < std::min<uint32_t>(top, 2); ++i) de[i] = Tensor::temporary(stream, 2 * M, ldh, t);
+    Tensor prod = top > 0 ? Tensor::temporary(stream, 2 * M, ldh, DType::f32) : Tensor();
+    const bool accumulate = mode == GradMode::accumulate;
+
+    Operand g{de_top.data(), t, ldt};
+    for (int64_t layer = top; layer >= 0; --layer) {
+        const uint32_t li = static_cast<uint32_t>(layer);
+        const int64_t K = l.layer_in(li), N = layer == top ? n_out : l.width;
+        const void* W = element(params, static_cast<int64_t>(l.weight_offset(li)), t);
+        const Operand e{element(g.ptr, M * g.ld, t), t, g.ld};
+        if (dL_dparams) {
+            const Operand ta = layer == 0 ? Operand{in_stack.data(), t, pin} : Operand{adot[li - 1].data(), t, ldh};
+            void* dW = element(dL_dparams, static_cast<int64_t>(l.weight_offset(li)), t);
+            weight_gradient(call, ta, g, 2 * M, K, N, dW, accumulate);
+            // The padded output rows of W_out get no gradient: zero when overwriting.
+            const int64_t pad_rows = static_cast<int64_t>(l.layer_out(li)) - N;
+            if (pad_rows > 0 && !accumulate)
+                TNN_GPU_CHECK(gpu_memset_async(element(dW, N * K, t), 0, pad_rows * K * ts, call.native));
+            if (l.bias) {
+                void* db = element(dL_dparams, static_cast<int64_t>(l.bias_offset(li)), t);
+                bias_gradient(call, e, M, N, db, accumulate);
+                if (pad_rows > 0 && !accumulate)
+                    TNN_GPU_CHECK(gpu_memset_async(element(db, N, t), 0, pad_rows * ts, call.native));
+            }
+        }
+        if (layer == 0) {
+            // dL'/dx = (W_0^T e_0)[:n_in]; the padded lanes are constants.
+            if (dL_dinput)
+                data_gradient(call, e, W, K, M, N, l.n_input_dims, Activation::None, nullptr, Operand{},
+                              Output{dL_dinput->data, dL_dinput->dtype, dL_dinput->stride});
+            break;
+        }
+        // [W^T d; W^T e] in one GEMM over 2M rows (library view D[width, 2M] = W[width, N] [d; e][N, 2M]).
+        const uint32_t below = li - 1;
+        gemm_f32(call, l.width, 2 * M, N, false, W, K, g, prod.ptr<float>(), ldh);
+        Tensor& out = de[below % 2];
+        const Operand saved = keeps_preactivation(act) ? Operand{ctx->pre[below].data(), DType::f32, ldh}
+                                                       : Operand{ctx->post[below].data(), t, ldh};
+        const float* pre = ctx->pre[below].numel() ? ctx->pre[below].ptr<float>() : nullptr;
+        const float* zd = smooth ? zdot[below].ptr<float>() : nullptr;
+        dispatch_storage(saved.dtype, [&](auto st) {
+            using S = decltype(st);
+            dispatch_storage(t, [&](auto dt) {
+                using D = decltype(dt);
+                blaslt_mlp_second_combine_kernel<S, D><<<elementwise_grid(M * l.width), kElementwiseThreads, 0,
+                                                         call.native>>>(
+                    prod.ptr<float>(), ldh, static_cast<const S*>(saved.ptr), saved.ld, pre, zd, ldh, act, M, l.width,
+                    out.ptr<D>(), ldh);
+                TNN_GPU_CHECK_LAUNCH("blaslt_mlp_second_combine_kernel");
+            });
+        });
+        g = Operand{out.data(), t, ldh};
+    }
+    gpu::stream_wait(ctx->stream, stream);
+}
+
 #else  // !TNN_HAS_BLASLT
 
 class PlanCache {};
@@ -856,6 +1079,10 @@ std::unique_ptr<Context> forward(PlanCache&, const Stream&, ConstView, View, con
     throw UnsupportedError(kUnavailableMessage);
 }
 void backward(PlanCache&, const Stream&, const Context&, ConstView, ConstView, View*, void*, const void*, GradMode) {
+    throw UnsupportedError(kUnavailableMessage);
+}
+void backward_backward_input(PlanCache&, const Stream&, const Context&, ConstView, ConstView, ConstView, View*, View*,
+                             void*, const void*, GradMode) {
     throw UnsupportedError(kUnavailableMessage);
 }
 

@@ -47,6 +47,9 @@ std::unique_ptr<Context> forward(PlanCache& plans, const Stream& stream, ConstVi
                                  const void* params);
 void backward(PlanCache& plans, const Stream& stream, const Context& ctx, ConstView input, ConstView dL_doutput,
               View* dL_dinput, void* dL_dparams, const void* params, GradMode mode);
+void backward_backward_input(PlanCache& plans, const Stream& stream, const Context& ctx, ConstView input,
+                             ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput,
+                             void* dL_dparams, const void* params, GradMode mode);
 #endif  // TNN_WITH_GPU
 
 }  // namespace tnn::blaslt_mlp

@@ -333,6 +333,9 @@ public:
     // The CPU backend always runs; GPUs of every GPU build (CUDA: sm_80+; HIP: gfx12) have kernels,
     // other GPUs get an error from the launcher.
     bool supports_device(Device) const override { return true; }
+    // True for the CPU backend; a GPU call of backward_backward_input is refused, naming the backends
+    // that have it (the fused second-order kernel does not exist yet).
+    bool supports_backward_backward() const override { return true; }
 
 private:
     // The CPU backend rounds where the kernels round (fully_fused_mlp_kernels.cuh): input, hidden
@@ -404,6 +407,22 @@ private:
         (void)stream, (void)dL_doutput, (void)dL_dinput, (void)dL_dparams, (void)params, (void)mode;
         throw_no_gpu_backend(describe());
 #endif  // TNN_WITH_GPU
+    }
+
+    // The CPU backend has second derivatives (MlpReference<T> with the kernels' rounding); the fused GPU
+    // kernel does not yet, and its pass is never handed to another backend behind the caller's back.
+    void backward_backward_input_impl(const Stream&, const Context& ctx, ConstView input, ConstView dL_ddLdinput,
+                                      ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
+                                      const void* params, GradMode mode) const override {
+        if (input.device.is_cpu()) {
+            mlp_cpu::backward_backward_input(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input,
+                                             dL_ddLdinput, dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams, params,
+                                             mode);
+            return;
+        }
+        throw UnsupportedError(msg(describe(), ": second derivatives (backward_backward_input) on the GPU are not "
+                                   "implemented for FullyFusedMLP (they are on the CPU); use BlasLtMLP (tcnn's "
+                                   "CutlassMLP) or PortableMLP (float32) on the GPU for double backward"));
     }
 };
 

@@ -47,11 +47,21 @@ struct Operand {
 
 Operand dense(const float* ptr, int64_t rows, int64_t cols, int64_t ld) { return Operand{ptr, ld, rows, cols, cols, 0.0f}; }
 
+// Two operands of the same width one above the other: rows [0, top.rows) of `top`, then `bottom`. The
+// second-order weight gradient sums over both in one reduction (d adot^T + e a^T) without a copy.
+struct StackedOperand {
+    Operand top, bottom;
+
+    __device__ __forceinline__ float at(int64_t r, int64_t c) const {
+        return r < top.rows ? top.at(r, c) : bottom.at(r - top.rows, c);
+    }
+};
+
 // Fetches this thread's share of a kTileK x kTile tile into registers. ROW_IS_K: the operand's rows run
 // along the reduction (consecutive threads read consecutive columns, 256-byte rows); otherwise its
 // columns do (16 consecutive threads read one 64-byte row segment).
-template <bool ROW_IS_K>
-__device__ __forceinline__ void fetch_tile(const Operand& op, int64_t mn0, int64_t k0, float (&regs)[kLoadsPerThread]) {
+template <bool ROW_IS_K, typename OP>
+__device__ __forceinline__ void fetch_tile(const OP& op, int64_t mn0, int64_t k0, float (&regs)[kLoadsPerThread]) {
 #pragma unroll
     for (int j = 0; j < kLoadsPerThread; ++j) {
         const int e = threadIdx.x + j * kThreads;
@@ -81,8 +91,8 @@ __device__ __forceinline__ void stash_tile(SharedTile& tile, const float (&regs)
 // A(m, k) = a.at(m, k) (or a.at(k, m) when A_ROW_IS_K) and B(k, n) = b.at(n, k) (or b.at(k, n) when
 // B_ROW_IS_K). Every output adds its terms in increasing k: the result depends on nothing else.
 // The next tile is fetched into registers while the current one is multiplied.
-template <bool A_ROW_IS_K, bool B_ROW_IS_K>
-__device__ __forceinline__ void gemm_tile(const Operand& a, const Operand& b, int64_t m0, int64_t n0, int64_t k_begin,
+template <bool A_ROW_IS_K, bool B_ROW_IS_K, typename OA, typename OB>
+__device__ __forceinline__ void gemm_tile(const OA& a, const OB& b, int64_t m0, int64_t n0, int64_t k_begin,
                                           int64_t k_end, float (&acc)[kMicro][kMicro]) {
     __shared__ SharedTile a_tile, b_tile;
     const int tx = threadIdx.x % kThreadsPerDim, ty = threadIdx.x / kThreadsPerDim;
@@ -187,9 +197,10 @@ __device__ __forceinline__ void write_grad(float* out, int64_t index, int64_t sl
 }
 
 // dW[o, i] over the rows of slab blockIdx.z: sum_r dz(r, o) a(r, i), r ascending. Grid: (i tiles,
-// o tiles, slabs).
+// o tiles, slabs). A is Operand, or StackedOperand for the second-order pass.
+template <typename A>
 __global__ void __launch_bounds__(kThreads)
-    portable_mlp_weight_grad_kernel(Operand dz, Operand a, int64_t n_out, int64_t n_in, int64_t batch, int64_t slab_rows,
+    portable_mlp_weight_grad_kernel(Operand dz, A a, int64_t n_out, int64_t n_in, int64_t batch, int64_t slab_rows,
                                     float* __restrict__ out, int64_t slab_stride, GradWrite mode) {
     const int64_t m0 = int64_t(blockIdx.y) * kTile, n0 = int64_t(blockIdx.x) * kTile, slab = blockIdx.z;
     const int64_t k_begin = slab * slab_rows, k_end = k_begin + slab_rows < batch ? k_begin + slab_rows : batch;
@@ -237,6 +248,72 @@ __global__ void portable_mlp_output_grad_kernel(const float* __restrict__ dL_dou
         dz[i] = dL_dout[(i / N) * ld + i % N] * activation_derivative(ACT, z[i]);
 }
 
+// ---- Second order (the maths in portable_mlp.cpp).
+
+// The tangent forward of one layer: zdot[m, n] = sum_k t(m, k) W[n, k] (no bias), kept in zdot when
+// non-null; out[m, n] = zdot act'(saved[m, n]) (zdot itself for None). Grid: (m tiles, n tiles).
+template <Activation ACT>
+__global__ void __launch_bounds__(kThreads)
+    portable_mlp_tangent_kernel(Operand t, Operand w, int64_t M, int64_t N, int64_t K, const float* __restrict__ saved,
+                                int64_t ld_saved, float* __restrict__ zdot, int64_t ld_zdot, float* __restrict__ out,
+                                int64_t ld_out) {
+    const int64_t m0 = int64_t(blockIdx.x) * kTile, n0 = int64_t(blockIdx.y) * kTile;
+    float acc[kMicro][kMicro];
+    gemm_tile<false, false>(t, w, m0, n0, 0, K, acc);
+    const int tx = threadIdx.x % kThreadsPerDim, ty = threadIdx.x / kThreadsPerDim;
+#pragma unroll
+    for (int i = 0; i < kMicro; ++i) {
+        const int64_t m = m0 + ty + kThreadsPerDim * i;
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < kMicro; ++j) {
+            const int64_t n = n0 + tx + kThreadsPerDim * j;
+            if (n >= N) continue;
+            const float zd = acc[i][j];
+            if (zdot) zdot[m * ld_zdot + n] = zd;
+            float a = zd;
+            if constexpr (ACT != Activation::None) a *= activation_derivative(ACT, saved[m * ld_saved + n]);
+            out[m * ld_out + n] = a;
+        }
+    }
+}
+
+// The output layer's d and e ([M, N] each, contiguous, e right after d): d = u act'(z),
+// e = u act''(z) zdot. z is unused for None.
+template <Activation ACT>
+__global__ void portable_mlp_second_output_kernel(const float* __restrict__ dL_dout, int64_t ld,
+                                                  const float* __restrict__ z, const float* __restrict__ zdot,
+                                                  int64_t M, int64_t N, float* __restrict__ de) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < M * N; i += int64_t(gridDim.x) * blockDim.x) {
+        const float u = dL_dout[(i / N) * ld + i % N];
+        if constexpr (ACT == Activation::None) {
+            de[i] = u;
+            de[M * N + i] = 0.0f;
+        } else {
+            de[i] = u * activation_derivative(ACT, z[i]);
+            de[M * N + i] = u * activation_second_derivative(ACT, z[i]) * zdot[i];
+        }
+    }
+}
+
+// One hidden layer's d and e from the products below it, in place: buf holds g = W^T d in rows [0, M)
+// and h = W^T e in rows [M, 2M) ([2M, N] contiguous); afterwards d = g act'(z) and e = h act'(z) +
+// g act''(z) zdot. `saved` feeds act' as in backward; `pre` and `zdot` are read only where act'' != 0.
+template <Activation ACT>
+__global__ void portable_mlp_second_combine_kernel(float* __restrict__ buf, const float* __restrict__ saved,
+                                                   const float* __restrict__ pre, const float* __restrict__ zdot,
+                                                   int64_t M, int64_t N) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < M * N; i += int64_t(gridDim.x) * blockDim.x) {
+        const float g = buf[i], h = buf[M * N + i];
+        float d1 = 1.0f;
+        if constexpr (ACT != Activation::None) d1 = activation_derivative(ACT, saved[i]);
+        float e = h * d1;
+        if constexpr (!derivative_from_output(ACT)) e += g * activation_second_derivative(ACT, pre[i]) * zdot[i];
+        buf[i] = g * d1;
+        buf[M * N + i] = e;
+    }
+}
+
 // ---- Launchers.
 
 dim3 tile_grid(int64_t m, int64_t n, int64_t z = 1) {
@@ -259,6 +336,16 @@ void launch_backward_data(gpu_stream_t s, Activation act, const Operand& g, cons
         portable_mlp_backward_data_kernel<decltype(tag)::value>
             <<<tile_grid(M, N), kThreads, 0, s>>>(g, w, M, N, K, saved, ld_saved, out, ld_out);
         TNN_GPU_CHECK_LAUNCH("portable_mlp_backward_data_kernel");
+    });
+}
+
+void launch_tangent(gpu_stream_t s, Activation act, const Operand& t, const Operand& w, int64_t M, int64_t N,
+                    int64_t K, const float* saved, int64_t ld_saved, float* zdot, int64_t ld_zdot, float* out,
+                    int64_t ld_out) {
+    dispatch_activation(act, [&](auto tag) {
+        portable_mlp_tangent_kernel<decltype(tag)::value>
+            <<<tile_grid(M, N), kThreads, 0, s>>>(t, w, M, N, K, saved, ld_saved, zdot, ld_zdot, out, ld_out);
+        TNN_GPU_CHECK_LAUNCH("portable_mlp_tangent_kernel");
     });
 }
 
@@ -287,6 +374,58 @@ SlabPlan plan_slabs(int64_t batch, int64_t n_out, int64_t n_in) {
     p.slab_rows = round_up<int64_t>(ceil_div(batch, slabs), kTileK);
     p.slabs = ceil_div(batch, p.slab_rows);
     return p;
+}
+
+// Floats of slab partial sums that layer_param_gradient needs at most over the layers, for `rows`
+// rows in the weight reduction (0 when no layer splits).
+int64_t partial_floats(const MlpLayout& l, int64_t rows) {
+    int64_t floats = 0;
+    for (uint32_t layer = 0; layer < l.n_layers(); ++layer) {
+        const int64_t n_out = l.layer_out(layer), n_in = l.layer_in(layer);
+        const SlabPlan p = plan_slabs(rows, n_out, n_in);
+        if (p.slabs > 1) floats = std::max(floats, p.slabs * (n_out * n_in + (l.bias ? n_out : 0)));
+    }
+    return floats;
+}
+
+// Layer li's parameter gradient: dW[o, i] = sum over `rows` rows of dz(r, o) a(r, i) and (with bias)
+// db[o] = sum over bias_rows rows of bias_dz(r, o), written or added per `final_write`. The slab plan
+// is the weight reduction's; `partials` holds partial_floats(l, rows) floats.
+template <typename A>
+void layer_param_gradient(gpu_stream_t s, const MlpLayout& l, uint32_t li, const Operand& dz, const A& a, int64_t rows,
+                          const Operand& bias_dz, int64_t bias_rows, float* dL_dparams, float* partials,
+                          GradWrite final_write) {
+    const int64_t n_out = l.layer_out(li), n_in = l.layer_in(li);
+    const SlabPlan p = plan_slabs(rows, n_out, n_in);
+    const bool split = p.slabs > 1;
+    const GradWrite write = split ? GradWrite::partial : final_write;
+    float* w_grad = dL_dparams + l.weight_offset(li);
+    portable_mlp_weight_grad_kernel<A><<<tile_grid(n_in, n_out, p.slabs), kThreads, 0, s>>>(
+        dz, a, n_out, n_in, rows, p.slab_rows, split ? partials : w_grad, n_out * n_in, write);
+    TNN_GPU_CHECK_LAUNCH("portable_mlp_weight_grad_kernel");
+    if (split) {
+        portable_mlp_reduce_slabs_kernel<<<elementwise_grid(n_out * n_in), kElementwiseThreads, 0, s>>>(
+            partials, n_out * n_in, p.slabs, w_grad, final_write);
+        TNN_GPU_CHECK_LAUNCH("portable_mlp_reduce_slabs_kernel");
+    }
+    if (!l.bias) return;
+    // The bias reduction reuses the weight plan's slab rows (bias_rows <= rows: at most p.slabs slabs).
+    const int64_t bias_slabs = ceil_div(bias_rows, p.slab_rows);
+    const bool bias_split = split && bias_slabs > 1;
+    float* b_grad = dL_dparams + l.bias_offset(li);
+    float* b_partials = bias_split ? partials + p.slabs * n_out * n_in : b_grad;
+    const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(n_out, kElementwiseThreads)),
+                    static_cast<unsigned>(bias_split ? bias_slabs : 1));
+    portable_mlp_bias_grad_kernel<<<grid, kElementwiseThreads, 0, s>>>(bias_dz, n_out, bias_rows,
+                                                                       bias_split ? p.slab_rows : bias_rows, b_partials,
+                                                                       n_out, bias_split ? GradWrite::partial
+                                                                                         : final_write);
+    TNN_GPU_CHECK_LAUNCH("portable_mlp_bias_grad_kernel");
+    if (bias_split) {
+        portable_mlp_reduce_slabs_kernel<<<elementwise_grid(n_out), kElementwiseThreads, 0, s>>>(
+            b_partials, n_out, bias_slabs, b_grad, final_write);
+        TNN_GPU_CHECK_LAUNCH("portable_mlp_reduce_slabs_kernel");
+    }
 }
 
 struct GpuMlpContext : Context {
@@ -404,12 +543,7 @@ void backward(const MlpLayout& l, const Stream& stream, const Context& context, 
     // (the stream orders each layer's reduction before the next layer's partials overwrite it).
     Tensor partials;
     if (dL_dparams) {
-        int64_t floats = 0;
-        for (uint32_t layer = 0; layer < n_layers; ++layer) {
-            const int64_t n_out = l.layer_out(layer), n_in = l.layer_in(layer);
-            const SlabPlan p = plan_slabs(M, n_out, n_in);
-            if (p.slabs > 1) floats = std::max(floats, p.slabs * (n_out * n_in + (l.bias ? n_out : 0)));
-        }
+        const int64_t floats = partial_floats(l, M);
         if (floats > 0) partials = Tensor::temporary(stream, 1, floats, DType::f32);
     }
 
@@ -420,34 +554,9 @@ void backward(const MlpLayout& l, const Stream& stream, const Context& context, 
         const int64_t K = layer == top ? l.n_output_dims : n_out;
         const Operand a_prev = layer == 0 ? input_operand(l, input)
                                           : dense(layer_rows(ctx.post, li - 1, M, l.width), M, l.width, l.width);
-        if (dL_dparams) {
-            const SlabPlan p = plan_slabs(M, n_out, n_in);
-            const bool split = p.slabs > 1;
-            const GradWrite write = split ? GradWrite::partial : final_write;
-            float* w_grad = dL_dparams + l.weight_offset(li);
-            portable_mlp_weight_grad_kernel<<<tile_grid(n_in, n_out, p.slabs), kThreads, 0, s>>>(
-                g, a_prev, n_out, n_in, M, p.slab_rows, split ? partials.ptr<float>() : w_grad, n_out * n_in, write);
-            TNN_GPU_CHECK_LAUNCH("portable_mlp_weight_grad_kernel");
-            if (split) {
-                portable_mlp_reduce_slabs_kernel<<<elementwise_grid(n_out * n_in), kElementwiseThreads, 0, s>>>(
-                    partials.ptr<float>(), n_out * n_in, p.slabs, w_grad, final_write);
-                TNN_GPU_CHECK_LAUNCH("portable_mlp_reduce_slabs_kernel");
-            }
-            if (l.bias) {
-                float* b_grad = dL_dparams + l.bias_offset(li);
-                float* b_partials = split ? partials.ptr<float>() + p.slabs * n_out * n_in : b_grad;
-                const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(n_out, kElementwiseThreads)),
-                                static_cast<unsigned>(p.slabs));
-                portable_mlp_bias_grad_kernel<<<grid, kElementwiseThreads, 0, s>>>(g, n_out, M, p.slab_rows, b_partials,
-                                                                                   n_out, write);
-                TNN_GPU_CHECK_LAUNCH("portable_mlp_bias_grad_kernel");
-                if (split) {
-                    portable_mlp_reduce_slabs_kernel<<<elementwise_grid(n_out), kElementwiseThreads, 0, s>>>(
-                        b_partials, n_out, p.slabs, b_grad, final_write);
-                    TNN_GPU_CHECK_LAUNCH("portable_mlp_reduce_slabs_kernel");
-                }
-            }
-        }
+        if (dL_dparams)
+            layer_param_gradient(s, l, li, g, a_prev, M, g, M, dL_dparams,
+                                 partials.numel() ? partials.ptr<float>() : nullptr, final_write);
         // W_l viewed with its rows (outputs) along the reduction: B(k = o, n = i) = W[o, i].
         const Operand w = dense(params + l.weight_offset(li), K, n_in, n_in);
         if (layer > 0) {
@@ -465,6 +574,127 @@ void backward(const MlpLayout& l, const Stream& stream, const Context& context, 
     }
     // The context's memory returns to the forward stream's pool when the context dies: make that
     // stream wait for this backward, so a later allocation there cannot overwrite what it still reads.
+    gpu::stream_wait(ctx.stream, stream);
+}
+
+// Second order (the maths in portable_mlp.cpp), all fp32: the tangent forward (one GEMM per layer,
+// act' fused into its epilogue, zdot kept where act'' needs it), then one reverse sweep in which d and
+// e of a layer sit one above the other in one [2M, width] buffer, so that W^T [d; e] is one GEMM, the
+// weight gradient sum_r d adot^T + e a^T one reduction over 2M rows, and the bias gradient sums e.
+void backward_backward_input(const MlpLayout& l, const Stream& stream, const Context& context, ConstView input,
+                             ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput,
+                             float* dL_dparams, const float* params, GradMode mode) {
+    const auto* found = dynamic_cast<const GpuMlpContext*>(&context);
+    if (!found)
+        throw Error("PortableMLP backward_backward_input (GPU): the context does not come from a GPU forward of this "
+                    "module");
+    const GpuMlpContext& ctx = *found;
+    if (ctx.rows != input.rows)
+        throw ShapeError(msg("PortableMLP backward_backward_input (GPU): the forward pass had ", ctx.rows,
+                             " rows, the input has ", input.rows));
+    if (!dL_ddLdoutput && !dL_dinput && !dL_dparams) return;
+    gpu::DeviceGuard guard(stream.device().index);
+    const gpu_stream_t s = gpu::native_stream(stream);
+    gpu::stream_wait(stream, ctx.stream);
+
+    const int64_t M = input.rows, W = l.width, n_out = l.n_output_dims;
+    const uint32_t n_layers = l.n_layers(), top = n_layers - 1, n_hidden = l.n_hidden_layers;
+    const Activation act = l.activation, out_act = l.output_activation;
+    const bool smooth = !derivative_from_output(act);  // act'' != 0: e needs zdot of the hidden layers
+
+    // Tangent forward. adot[l] = act'(z_l) zdot_l of hidden layer l (rows [l M, (l + 1) M)); zdot of
+    // the hidden layers where act'' needs it; zdot_top always (e_top, and the tangent output).
+    const int64_t hidden_rows = static_cast<int64_t>(n_hidden) * M;
+    Tensor adot = Tensor::temporary(stream, hidden_rows, W, DType::f32);
+    Tensor zdot = smooth ? Tensor::temporary(stream, hidden_rows, W, DType::f32) : Tensor();
+    Tensor zdot_top = Tensor::temporary(stream, M, n_out, DType::f32);
+    Tensor ydot_scratch;
+    View ydot;
+    if (dL_ddLdoutput) {
+        ydot = *dL_ddLdoutput;
+    } else {
+        ydot_scratch = Tensor::temporary(stream, M, n_out, DType::f32);
+        ydot = ydot_scratch.view();
+    }
+    // The input direction [v, 0]: the padded lanes are constants.
+    const Operand v_op{dL_ddLdinput.ptr<float>(), dL_ddLdinput.stride, M, l.n_input_dims, l.padded_input_dims, 0.0f};
+    Operand t = v_op;
+    for (uint32_t layer = 0; layer < n_layers; ++layer) {
+        const int64_t K = l.layer_in(layer);
+        if (layer == top) {
+            const Operand w = dense(params + l.weight_offset(layer), n_out, K, K);
+            launch_tangent(s, out_act, t, w, M, n_out, K, ctx.pre_out.numel() ? ctx.pre_out.ptr<float>() : nullptr,
+                           n_out, zdot_top.ptr<float>(), n_out, ydot.ptr<float>(), ydot.stride);
+            break;
+        }
+        const Operand w = dense(params + l.weight_offset(layer), W, K, K);
+        const float* saved = keeps_preactivation(act) ? layer_rows(ctx.pre, layer, M, l.width)
+                                                      : layer_rows(ctx.post, layer, M, l.width);
+        float* out = layer_rows(adot, layer, M, l.width);
+        launch_tangent(s, act, t, w, M, W, K, saved, W, smooth ? layer_rows(zdot, layer, M, l.width) : nullptr, W, out,
+                       W);
+        t = dense(out, M, W, W);
+    }
+    if (!dL_dinput && !dL_dparams) {
+        gpu::stream_wait(ctx.stream, stream);
+        return;
+    }
+
+    // d and e of the output layer, [2M, n_out].
+    Tensor de_top = Tensor::temporary(stream, 2 * M, n_out, DType::f32);
+    dispatch_activation(out_act, [&](auto tag) {
+        portable_mlp_second_output_kernel<decltype(tag)::value><<<elementwise_grid(M * n_out), kElementwiseThreads, 0,
+                                                                  s>>>(
+            dL_doutput.ptr<float>(), dL_doutput.stride, ctx.pre_out.numel() ? ctx.pre_out.ptr<float>() : nullptr,
+            zdot_top.ptr<float>(), M, n_out, de_top.ptr<float>());
+        TNN_GPU_CHECK_LAUNCH("portable_mlp_second_output_kernel");
+    });
+    Tensor de[2];
+    for (uint32_t i = 0; i < std::min<uint32_t>(n_hidden, 2); ++i) de[i] = Tensor::temporary(stream, 2 * M, W, DType::f32);
+    Tensor partials;
+    if (dL_dparams) {
+        const int64_t floats = partial_floats(l, 2 * M);
+        if (floats > 0) partials = Tensor::temporary(stream, 1, floats, DType::f32);
+    }
+    const GradWrite final_write = mode == GradMode::accumulate ? GradWrite::accumulate : GradWrite::overwrite;
+
+    Operand g = dense(de_top.ptr<float>(), 2 * M, n_out, n_out);  // [d; e] of the current layer
+    for (int64_t layer = top; layer >= 0; --layer) {
+        const uint32_t li = static_cast<uint32_t>(layer);
+        const int64_t n_in = l.layer_in(li);
+        const int64_t K = layer == top ? n_out : W;  // valid outputs of this layer
+        const Operand e_op = dense(g.ptr + M * g.ld, M, K, g.ld);
+        if (dL_dparams) {
+            // [adot; a] of the layer below: the input direction and the padded input at the bottom.
+            const StackedOperand ta =
+                layer == 0 ? StackedOperand{v_op, input_operand(l, input)}
+                           : StackedOperand{dense(layer_rows(adot, li - 1, M, l.width), M, W, W),
+                                            dense(layer_rows(ctx.post, li - 1, M, l.width), M, W, W)};
+            layer_param_gradient(s, l, li, g, ta, 2 * M, e_op, M, dL_dparams,
+                                 partials.numel() ? partials.ptr<float>() : nullptr, final_write);
+        }
+        const Operand w = dense(params + l.weight_offset(li), K, n_in, n_in);
+        if (layer == 0) {
+            if (dL_dinput)
+                launch_backward_data(s, Activation::None, e_op, w, M, l.n_input_dims, K, nullptr, 0,
+                                     dL_dinput->ptr<float>(), dL_dinput->stride);
+            break;
+        }
+        // [W^T d; W^T e] in one GEMM over 2M rows, then d and e of the layer below in place.
+        const uint32_t below = li - 1;
+        float* out = de[below % 2].ptr<float>();
+        launch_backward_data(s, Activation::None, g, w, 2 * M, W, K, nullptr, 0, out, W);
+        const float* saved = keeps_preactivation(act) ? layer_rows(ctx.pre, below, M, l.width)
+                                                      : layer_rows(ctx.post, below, M, l.width);
+        dispatch_activation(act, [&](auto tag) {
+            portable_mlp_second_combine_kernel<decltype(tag)::value>
+                <<<elementwise_grid(M * W), kElementwiseThreads, 0, s>>>(
+                    out, saved, layer_rows(ctx.pre, below, M, l.width),
+                    smooth ? layer_rows(zdot, below, M, l.width) : nullptr, M, W);
+            TNN_GPU_CHECK_LAUNCH("portable_mlp_second_combine_kernel");
+        });
+        g = dense(out, 2 * M, W, W);
+    }
     gpu::stream_wait(ctx.stream, stream);
 }
 

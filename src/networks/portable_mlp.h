@@ -25,6 +25,11 @@ struct MlpRounding {
 // dL/dinput straight to the input dtype; dL/dparams once, from the acc_t<T> sum (plus the old value
 // when accumulating), to T. The derivative of None / ReLU / LeakyReLU hidden layers is read off the
 // stored activation (a > 0), as the kernels do; the others' from the acc_t<T> pre-activation.
+// The second-order pass (backward_backward_input, maths in portable_mlp.cpp) rounds alike: the probe
+// dL'/d(dL/dinput) to T (it is a GEMM operand), each tangent activation adot = round_T(zdot * f'(z))
+// (zdot accumulated in acc_t<T>), each second-order dz to T, dL'/d(dL/doutput) straight to the output
+// dtype, dL'/dinput and dL'/dparams as dL/dinput and dL/dparams. With derivative_in_storage, the
+// hidden layers' f''(z) is rounded to T like f'(z).
 template <typename T> class MlpReference {
 public:
     using A = acc_t<T>;
@@ -40,6 +45,10 @@ public:
     std::unique_ptr<Ctx> forward(ConstView input, View output, const T* params, bool keep_context) const;
     void backward(const Ctx& ctx, ConstView dL_doutput, View* dL_dinput, T* dL_dparams, const T* params,
                   GradMode mode) const;
+    // For a scalar L'(dL/dinput) with probe v = dL'/d(dL/dinput): dL'/d(dL/doutput), dL'/dparams (mode as
+    // in backward) and dL'/dinput; each optional.
+    void backward_backward_input(const Ctx& ctx, ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput,
+                                 View* dL_dinput, T* dL_dparams, const T* params, GradMode mode) const;
 
 private:
     const MlpLayout& m_l;
@@ -56,6 +65,10 @@ std::unique_ptr<Context> forward(const MlpLayout& layout, DType dtype, MlpRoundi
 void backward(const MlpLayout& layout, DType dtype, MlpRounding rounding, const std::string& who, const Context& ctx,
               ConstView input, ConstView dL_doutput, View* dL_dinput, void* dL_dparams, const void* params,
               GradMode mode);
+void backward_backward_input(const MlpLayout& layout, DType dtype, MlpRounding rounding, const std::string& who,
+                             const Context& ctx, ConstView input, ConstView dL_ddLdinput, ConstView dL_doutput,
+                             View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams, const void* params,
+                             GradMode mode);
 }  // namespace mlp_cpu
 
 #ifdef TNN_WITH_GPU
@@ -67,6 +80,9 @@ std::unique_ptr<Context> forward(const MlpLayout& layout, const Stream& stream, 
                                  const float* params);
 void backward(const MlpLayout& layout, const Stream& stream, const Context& ctx, ConstView input, ConstView dL_doutput,
               View* dL_dinput, float* dL_dparams, const float* params, GradMode mode);
+void backward_backward_input(const MlpLayout& layout, const Stream& stream, const Context& ctx, ConstView input,
+                             ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput,
+                             float* dL_dparams, const float* params, GradMode mode);
 }  // namespace portable_mlp_gpu
 #endif  // TNN_WITH_GPU
 

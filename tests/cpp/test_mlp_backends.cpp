@@ -341,8 +341,8 @@ TEST(CpuNetworkBackendCalls, ContextsAndDevices) {
         EXPECT_THROW(net->backward(cpu, *ctx, d.x.view(), y.view(), d.dL_dy.view(), nullptr, g.data(), d.params.data(),
                                    GradMode::overwrite),
                      ShapeError);
-        // Second derivatives of networks stay unsupported (another issue).
-        EXPECT_FALSE(net->supports_backward_backward());
+        // Second derivatives on the CPU backend (tests/cpp/test_mlp_second_order.cpp).
+        EXPECT_TRUE(net->supports_backward_backward());
         if (!has_gpu_backend()) {
             ConstView on_gpu = d.x.view();
             on_gpu.device = Device::gpu(0);
