@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# GPU checks from binaries built on a machine without a GPU (to spend device time on tests, not on
+# compiling): the CUDA build's tnn_gpu_tests and libtnn.a, carried in PREBUILT. Runs the GPU tests in
+# parallel shards, links the Python extension against libtnn.a for this machine's Python, runs the
+# package's tests on CUDA tensors, then optional extra steps. Build the binaries with a CUDA build of the
+# same commit (Release, the device's architecture): `cmake -S . -B build-cuda -G Ninja -DTNN_CUDA=ON
+# -DTNN_TESTS=ON && ninja -C build-cuda tnn tnn_gpu_tests`, then copy build-cuda/libtnn.a and
+# build-cuda/tests/tnn_gpu_tests (stripped) into PREBUILT.
+#
+# Environment: PREBUILT (default .devbin), OUT, SHARDS (8), GTEST_FILTER (default: every test),
+# PYTESTS (default "."), DEADLINE_S, SOAK=1, BENCH_ARGS (bench_python.py, when set).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+PREBUILT=${PREBUILT:-.devbin}
+OUT=${OUT:-$PWD/out/prebuilt}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+SHARDS=${SHARDS:-8}
+DEADLINE_S=${DEADLINE_S:-100000}
+start=$(date +%s)
+left() { echo $(( DEADLINE_S - ($(date +%s) - start) )); }
+status=0
+nvidia-smi --query-gpu=name --format=csv,noheader
+
+echo "== GPU tests, $SHARDS shards"
+tests="$PREBUILT/tnn_gpu_tests"
+chmod +x "$tests"
+pids=()
+for i in $(seq 0 $((SHARDS - 1))); do
+  GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout $(( $(left) - 120 )) "$tests" \
+    --gtest_filter="${GTEST_FILTER:-*}" --gtest_brief=1 >"$OUT/gpu_shard$i.log" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+cat "$OUT"/gpu_shard*.log | grep -E "^\[  FAILED  \]|^\[  PASSED  \]|^\[  SKIPPED \] [0-9]|tests? ran" | sort | uniq -c | head -n 40
+echo "GPU tests: $(cat "$OUT"/gpu_shard*.log | grep -hoE '^\[  PASSED  \] [0-9]+' | awk '{s+=$4} END {print s}') passed in $(( $(date +%s) - start )) s"
+
+echo "== Python extension against $PREBUILT/libtnn.a"
+PY=$(command -v python3)
+CXX=${CXX:-/usr/bin/g++-13}
+pkg=/tmp/tnn-pkg
+rm -rf "$pkg" && mkdir -p "$pkg/tinycudann"
+cp python/tinycudann/*.py "$pkg/tinycudann/"
+ext=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+if "$CXX" -O2 -shared -fPIC -std=c++17 $("$PY" -m pybind11 --includes) -Iinclude -Ipython/src \
+    python/src/bindings.cpp python/src/trainer_bindings.cpp "$PREBUILT/libtnn.a" -L/usr/local/cuda/lib64 -lcudart \
+    -lcublasLt -lpthread -o "$pkg/tinycudann/_C$ext" >"$OUT/ext_build.log" 2>&1; then
+  echo "extension built ($(( $(date +%s) - start )) s so far)"
+  (cd tests/python && PYTHONPATH="$pkg" timeout $(( $(left) - 30 )) "$PY" -m pytest -q -rs -p no:cacheprovider \
+     ${PYTESTS:-.}) >"$OUT/pytest.log" 2>&1 || status=1
+  tail -n 12 "$OUT/pytest.log"
+  if [ -n "${SOAK:-}" ] && [ "$(left)" -gt 90 ]; then
+    PYTHONPATH="$pkg" timeout $(( $(left) - 20 )) "$PY" bench/soak.py --out /tmp/soak --device cuda >"$OUT/soak.log" 2>&1 || status=1
+    cp /tmp/soak/soak.json "$OUT/" 2>/dev/null
+    tail -n 2 "$OUT/soak.log"
+  fi
+  if [ -n "${BENCH_ARGS:-}" ] && [ "$(left)" -gt 60 ]; then
+    PYTHONPATH="$pkg" timeout $(( $(left) - 10 )) "$PY" bench/bench_python.py --out "$OUT/bench_python.json" \
+      --md "$OUT/bench_python.md" $BENCH_ARGS >"$OUT/bench_python.log" 2>&1 || status=1
+    cat "$OUT/bench_python.md" 2>/dev/null | head -n 20
+  fi
+else
+  status=1
+  tail -n 20 "$OUT/ext_build.log"
+fi
+echo "done in $(( $(date +%s) - start )) s"
+(cd "$OUT" && tar -czf logs.tgz --remove-files $(ls *.log 2>/dev/null)) 2>/dev/null
+exit $status
