@@ -23,6 +23,7 @@ public:
     void init_params(Pcg32& rng, float* params_fp32) const override;
     bool supports_device(Device d) const override;
     bool supports_backward_backward() const override;
+    std::string backward_backward_refusal(Device d) const override;
 
 private:
     void inference_impl(const Stream& stream, ConstView input, View output, const void* params) const override;

@@ -48,6 +48,11 @@ public:
     // Devices this module can run on (for a clear error before any work is done).
     virtual bool supports_device(Device d) const { return true; }
     virtual bool supports_backward_backward() const { return false; }
+    // Why backward_backward_input does not run on device d (a module may have it on one backend only),
+    // or "" where it does. The public method asks before any work, so a composed module never stops
+    // halfway; composed modules pass on their parts' reasons.
+    virtual std::string backward_backward_refusal(Device d) const;
+    bool supports_backward_backward_on(Device d) const { return backward_backward_refusal(d).empty(); }
     // A short description for error messages: "HashGrid encoding (3 -> 32, float16)".
     std::string describe() const;
 

@@ -10,6 +10,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -95,7 +97,11 @@ public:
     std::string describe() const { return m_module->describe(); }
     py::object hyperparams() const { return to_python(m_module->hyperparams()); }
     bool supports_device(int device) const { return m_module->supports_device(make_device(device)); }
-    bool supports_backward_backward() const { return m_module->supports_backward_backward(); }
+    // Without a device: on some device; with one (-1: the CPU): there.
+    bool supports_backward_backward(std::optional<int> device) const {
+        return device ? m_module->supports_backward_backward_on(make_device(*device))
+                      : m_module->supports_backward_backward();
+    }
 
     // Fills n_params() fp32 values at a host address.
     void initial_params(uint64_t seed, uintptr_t params_fp32) const {
@@ -317,7 +323,8 @@ PYBIND11_MODULE(_C, m) {
         .def("describe", &NativeModule::describe)
         .def("hyperparams", &NativeModule::hyperparams)
         .def("supports_device", &NativeModule::supports_device, py::arg("device"))
-        .def("supports_backward_backward", &NativeModule::supports_backward_backward)
+        .def("supports_backward_backward", &NativeModule::supports_backward_backward,
+             py::arg("device") = std::nullopt)
         .def("initial_params", &NativeModule::initial_params, py::arg("seed"), py::arg("params_fp32"))
         .def("inference", &NativeModule::inference, py::arg("device"), py::arg("stream"), py::arg("rows"),
              py::arg("input"), py::arg("input_dtype"), py::arg("output"), py::arg("params"),

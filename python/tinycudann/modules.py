@@ -480,8 +480,14 @@ class NativeModule:
     def supports_device(self, device):
         return self._module.supports_device(device)
 
-    def supports_backward_backward(self):
-        return self._module.supports_backward_backward()
+    def supports_backward_backward(self, device=None):
+        """Second derivatives on some device, or on `device` (an int index, -1 or "cpu", or a torch.device)."""
+        if device is None:
+            return self._module.supports_backward_backward()
+        if isinstance(device, (str, torch.device)):
+            device = torch.device(device)
+            device = -1 if device.type == "cpu" else (device.index or 0)
+        return self._module.supports_backward_backward(int(device))
 
     def __repr__(self):
         return f"NativeModule({self._facts.describe})"

@@ -116,6 +116,10 @@ void Module::backward(const Stream& stream, const Context& ctx, ConstView input,
     backward_impl(stream, ctx, input, output, dL_doutput, dL_dinput, dL_dparams, params, mode);
 }
 
+std::string Module::backward_backward_refusal(Device) const {
+    return supports_backward_backward() ? std::string() : msg(name(), " has no second derivatives");
+}
+
 void Module::backward_backward_input(const Stream& stream, const Context& ctx, ConstView input, ConstView dL_ddLdinput,
                                      ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
                                      const void* params, GradMode mode) const {
@@ -123,6 +127,9 @@ void Module::backward_backward_input(const Stream& stream, const Context& ctx, C
         throw UnsupportedError(msg(describe(), ": second derivatives (backward_backward_input) are not supported by ",
                                    name()));
     check_io("backward_backward_input", stream, input, nullptr, params);
+    if (const std::string why = backward_backward_refusal(input.device); !why.empty())
+        throw UnsupportedError(msg(describe(), ": second derivatives (backward_backward_input) on ", input.device.str(),
+                                   ": ", why));
     const Who who{*this, "backward_backward_input"};
     check_view(who, "dL_ddLdinput", dL_ddLdinput, input.rows, m_n_input_dims, input.dtype, input.device);
     check_view(who, "dL_doutput", dL_doutput, input.rows, m_n_output_dims, m_output_dtype, input.device);

@@ -138,6 +138,11 @@ public:
             if (!n.encoding->supports_backward_backward()) return false;
         return true;
     }
+    std::string backward_backward_refusal(Device d) const override {
+        for (const Nested& n : m_nested)
+            if (std::string why = n.encoding->backward_backward_refusal(d); !why.empty()) return why;
+        return {};
+    }
 
 private:
     static constexpr int64_t kGrain = 256;  // rows per parallel chunk of the reductions; rows are independent

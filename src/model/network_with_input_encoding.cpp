@@ -56,6 +56,11 @@ bool NetworkWithInputEncoding::supports_backward_backward() const {
     return m_encoding->supports_backward_backward() && m_network->supports_backward_backward();
 }
 
+std::string NetworkWithInputEncoding::backward_backward_refusal(Device d) const {
+    std::string why = m_encoding->backward_backward_refusal(d);
+    return why.empty() ? m_network->backward_backward_refusal(d) : why;
+}
+
 void NetworkWithInputEncoding::inference_impl(const Stream& stream, ConstView input, View output,
                                               const void* params) const {
     Tensor encoded = Tensor::temporary(stream, input.rows, m_encoding->n_output_dims(), m_encoding->output_dtype());

@@ -333,9 +333,14 @@ public:
     // The CPU backend always runs; GPUs of every GPU build (CUDA: sm_80+; HIP: gfx12) have kernels,
     // other GPUs get an error from the launcher.
     bool supports_device(Device) const override { return true; }
-    // True for the CPU backend; a GPU call of backward_backward_input is refused, naming the backends
-    // that have it (the fused second-order kernel does not exist yet).
+    // True for the CPU backend; on a GPU backward_backward_input is refused before any work, naming the
+    // backends that have it (the fused second-order kernel does not exist yet).
     bool supports_backward_backward() const override { return true; }
+    std::string backward_backward_refusal(Device d) const override {
+        if (d.is_cpu()) return {};
+        return "FullyFusedMLP has second derivatives on the CPU only (no fused second-order GPU kernel yet); use "
+               "BlasLtMLP (tcnn's CutlassMLP) or PortableMLP (float32) on the GPU for double backward";
+    }
 
 private:
     // The CPU backend rounds where the kernels round (fully_fused_mlp_kernels.cuh): input, hidden
@@ -420,9 +425,7 @@ private:
                                              mode);
             return;
         }
-        throw UnsupportedError(msg(describe(), ": second derivatives (backward_backward_input) on the GPU are not "
-                                   "implemented for FullyFusedMLP (they are on the CPU); use BlasLtMLP (tcnn's "
-                                   "CutlassMLP) or PortableMLP (float32) on the GPU for double backward"));
+        throw UnsupportedError(msg(describe(), ": ", backward_backward_refusal(input.device)));
     }
 };
 

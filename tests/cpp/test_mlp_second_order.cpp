@@ -255,3 +255,20 @@ TEST(MlpSecondOrder, HashGridWithPortableMlpMatchesFiniteDifferences) {
 }
 
 }  // namespace
+
+// Where second derivatives run is known before any work: FullyFusedMLP has them on the CPU only, and a
+// model that holds it says so for the GPU (the public method refuses there before the encoding's pass).
+TEST(MlpSecondOrder, RefusalIsPerDeviceAndComposed) {
+    const json ffm = {{"otype", "FullyFusedMLP"}, {"n_neurons", 16}, {"n_hidden_layers", 1}};
+    const auto net = create_network(16, 4, ffm);
+    EXPECT_TRUE(net->supports_backward_backward_on(Device::cpu()));
+    EXPECT_FALSE(net->supports_backward_backward_on(Device::gpu(0)));
+    EXPECT_NE(net->backward_backward_refusal(Device::gpu(0)).find("BlasLtMLP"), std::string::npos);
+    const json grid = {{"otype", "HashGrid"}, {"n_levels", 2}, {"log2_hashmap_size", 8}};
+    const auto model = create_network_with_input_encoding(3, 4, grid, ffm);
+    EXPECT_TRUE(model->supports_backward_backward_on(Device::cpu()));
+    EXPECT_EQ(model->backward_backward_refusal(Device::gpu(0)), net->backward_backward_refusal(Device::gpu(0)));
+    const auto portable = create_network_with_input_encoding(
+        3, 4, grid, {{"otype", "PortableMLP"}, {"n_neurons", 16}, {"n_hidden_layers", 1}});
+    EXPECT_TRUE(portable->supports_backward_backward_on(Device::gpu(0)));
+}
