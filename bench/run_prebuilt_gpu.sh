@@ -21,18 +21,15 @@ left() { echo $(( DEADLINE_S - ($(date +%s) - start) )); }
 status=0
 nvidia-smi --query-gpu=name --format=csv,noheader
 
-echo "== GPU tests, $SHARDS shards"
+echo "== GPU tests, $SHARDS shards (beside the Python steps)"
 tests="$PREBUILT/tnn_gpu_tests"
 chmod +x "$tests"
 pids=()
 for i in $(seq 0 $((SHARDS - 1))); do
-  GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout $(( $(left) - 120 )) "$tests" \
+  GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout $(( $(left) - 20 )) "$tests" \
     --gtest_filter="${GTEST_FILTER:-*}" --gtest_brief=1 >"$OUT/gpu_shard$i.log" 2>&1 &
   pids+=($!)
 done
-for p in "${pids[@]}"; do wait "$p" || status=1; done
-cat "$OUT"/gpu_shard*.log | grep -E "^\[  FAILED  \]|^\[  PASSED  \]|^\[  SKIPPED \] [0-9]|tests? ran" | sort | uniq -c | head -n 40
-echo "GPU tests: $(cat "$OUT"/gpu_shard*.log | grep -hoE '^\[  PASSED  \] [0-9]+' | awk '{s+=$4} END {print s}') passed in $(( $(date +%s) - start )) s"
 
 echo "== Python extension against $PREBUILT/libtnn.a"
 PY=$(command -v python3)
@@ -62,6 +59,9 @@ else
   status=1
   tail -n 20 "$OUT/ext_build.log"
 fi
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+cat "$OUT"/gpu_shard*.log | grep -E "^\[  FAILED  \]" | sort | uniq | head -n 40
+echo "GPU tests: $(cat "$OUT"/gpu_shard*.log | grep -hoE '^\[  PASSED  \] [0-9]+' | awk '{s+=$4} END {print s}') passed, $(cat "$OUT"/gpu_shard*.log | grep -hoE '^\[  FAILED  \] [0-9]+ tests?' | awk '{s+=$4} END {print s+0}') failed, $(cat "$OUT"/gpu_shard*.log | grep -hoE '^\[  SKIPPED \] [0-9]+' | awk '{s+=$4} END {print s+0}') skipped"
 echo "done in $(( $(date +%s) - start )) s"
 (cd "$OUT" && tar -czf logs.tgz --remove-files $(ls *.log 2>/dev/null)) 2>/dev/null
 exit $status

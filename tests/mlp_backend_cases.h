@@ -193,7 +193,8 @@ inline MlpResult run_fp64(const Network& net, const MlpData& d) {
 
 inline bool same_bits(const Tensor& a, const Tensor& b) {
     return a.dtype() == b.dtype() && a.numel() == b.numel() &&
-           std::memcmp(a.data(), b.data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
+           (a.numel() == 0 ||
+            std::memcmp(a.data(), b.data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0);
 }
 
 }  // namespace tnn::test
