@@ -73,13 +73,12 @@ TNN_HD inline uint32_t xor_hash(uint32_t n_dims, const uint32_t* pos, const uint
 }
 
 // The coordinates as base-2531011 digits, in uint32 arithmetic (tcnn's base_convert_hash): any number
-// of dimensions. The grids' BaseConvert hash and the Permuto encoding's vertex hash.
+// of dimensions, one coordinate per step from k = 0. The grids' BaseConvert hash and the Permuto
+// encoding's vertex hash.
+TNN_HD inline uint32_t base_convert_step(uint32_t k, uint32_t coordinate) { return (k + coordinate) * 2531011u; }
 TNN_HD inline uint32_t base_convert_hash(uint32_t n_dims, const uint32_t* pos) {
     uint32_t k = 0;
-    for (uint32_t i = 0; i < n_dims; ++i) {
-        k += pos[i];
-        k *= 2531011u;
-    }
+    for (uint32_t i = 0; i < n_dims; ++i) k = base_convert_step(k, pos[i]);
     return k;
 }
 

@@ -128,7 +128,7 @@ private:
     // the level).
     template <typename A> struct Point {
         Simplex<A, kMaxDims> s;
-        A w[kMaxDims + 2];
+        A w[kMaxDims + 1];
         size_t value[kMaxDims + 1];
     };
     template <typename A> void locate(ConstView in, int64_t r, uint32_t l, Point<A>& p) const {
@@ -241,7 +241,7 @@ private:
                 if (!contributes && mode == GradMode::accumulate) continue;
                 std::vector<A> acc(contributes ? level_values() : 0, A(0));
                 Point<A> p;
-                A g[8], E[kMaxDims + 2];
+                A g[8], E[kMaxDims + 1];
                 for (int64_t r = 0; contributes && r < in.rows; ++r) {
                     locate(in, r, l, p);
                     if (v) tangent(*v, r, l, p, E);
@@ -264,7 +264,7 @@ private:
         using A = acc_t<T>;
         parallel_for(in.rows, kGrain, [&](int64_t r0, int64_t r1) {
             Point<A> p;
-            A dx[kMaxDims], dxl[kMaxDims], G[kMaxDims + 2];
+            A dx[kMaxDims], dxl[kMaxDims], G[kMaxDims + 1];
             for (int64_t r = r0; r < r1; ++r) {
                 std::fill(dx, dx + n_dims(), A(0));
                 for (uint32_t l = 0; l < m_options.n_levels; ++l) {
@@ -321,7 +321,7 @@ private:
         using A = acc_t<T>;
         parallel_for(in.rows, kGrain, [&](int64_t r0, int64_t r1) {
             Point<A> p;
-            A E[kMaxDims + 2], dg[8];
+            A E[kMaxDims + 1], dg[8];
             for (int64_t r = r0; r < r1; ++r)
                 for (uint32_t l = 0; l < m_options.n_levels; ++l) {
                     std::fill(dg, dg + n_feat(), A(0));

@@ -135,21 +135,30 @@ TNN_HD inline void locate(uint32_t n_dims, const F* x, const float* shift, const
 
 // ---- weights, vertices ---------------------------------------------------------------------------------
 
+// v[j] for the j whose rank is `r` (ranks are a permutation of 0..d): a sum of selected values rather than
+// an indexed read, so that unrolled device code keeps its arrays in registers (an index computed at run
+// time puts them in local memory). Exact: the other terms are zeros.
+template <typename F> TNN_HD inline F of_rank(uint32_t n_dims, const int32_t* rank, const F* v, int32_t r) {
+    F x = F(0);
+    for (uint32_t j = 0; j <= n_dims; ++j) x += rank[j] == r ? v[j] : F(0);
+    return x;
+}
+
 // Barycentric coordinates of the simplex's d + 1 vertices from the residuals r (Adams et al. 2010):
-// the residual of the coordinate of rank m adds r/(d+1) to vertex d - m and takes it from vertex
+// the residual of the coordinate of rank m, over d + 1, adds to vertex d - m and is taken from vertex
 // d + 1 - m, where vertex d + 1 is vertex 0 again; vertex 0 also gets `one`. With r the residuals and
 // one = 1: the weights (>= 0, sum 1). Being linear, the same map takes residual tangents (one = 0) to
-// weight tangents (sum 0). out: d + 2 values, out[d + 1] is scratch.
+// weight tangents (sum 0). out: d + 1 values.
 template <typename F>
 TNN_HD inline void barycentric(uint32_t n_dims, const F* r, const int32_t* rank, F one, F* out) {
     const F inv_n1 = F(1) / static_cast<F>(n_dims + 1);
-    for (uint32_t k = 0; k <= n_dims + 1; ++k) out[k] = F(0);
-    for (uint32_t j = 0; j <= n_dims; ++j) {
-        const F delta = r[j] * inv_n1;
-        out[n_dims - rank[j]] += delta;
-        out[n_dims + 1 - rank[j]] -= delta;
-    }
-    out[0] += one + out[n_dims + 1];
+    F delta[kMaxDims + 1];
+    for (uint32_t j = 0; j <= n_dims; ++j) delta[j] = r[j] * inv_n1;
+    const int32_t n = static_cast<int32_t>(n_dims);
+    out[0] = of_rank(n_dims, rank, delta, n) + (one - of_rank(n_dims, rank, delta, 0));
+    for (uint32_t k = 1; k <= n_dims; ++k)
+        out[k] = of_rank(n_dims, rank, delta, n - static_cast<int32_t>(k)) -
+                 of_rank(n_dims, rank, delta, n + 1 - static_cast<int32_t>(k));
 }
 
 // Coordinate i of vertex k (the remainder-k lattice point of the simplex): rem0_i + k, minus d + 1
@@ -164,9 +173,9 @@ TNN_HD inline uint32_t vertex_coordinate(uint32_t n_dims, const int32_t* rem0, c
 // of the vertex's first d coordinates (the last is redundant: they sum to 0).
 TNN_HD inline uint32_t vertex_entry(uint32_t n_dims, const int32_t* rem0, const int32_t* rank, uint32_t k,
                                     uint32_t mask) {
-    uint32_t key[kMaxDims];
-    for (uint32_t i = 0; i < n_dims; ++i) key[i] = vertex_coordinate(n_dims, rem0, rank, k, i);
-    return grid::base_convert_hash(n_dims, key) & mask;
+    uint32_t h = 0;
+    for (uint32_t i = 0; i < n_dims; ++i) h = grid::base_convert_step(h, vertex_coordinate(n_dims, rem0, rank, k, i));
+    return h & mask;
 }
 
 // ---- derivatives ---------------------------------------------------------------------------------------
@@ -180,7 +189,7 @@ TNN_HD inline void elevated_tangent(uint32_t n_dims, uint32_t n_grad_dims, const
     elevate(n_dims, c, de);
 }
 
-// dW_k = sum_i v_i dw_k/dx_i (sum over k is 0): the weights' tangent along v. out: d + 2 values.
+// dW_k = sum_i v_i dw_k/dx_i (sum over k is 0): the weights' tangent along v. out: d + 1 values.
 template <typename F, uint32_t CAP>
 TNN_HD inline void weight_tangent(uint32_t n_dims, uint32_t n_grad_dims, const Simplex<F, CAP>& s, const F* v,
                                   const float* scale, F* out) {
@@ -189,17 +198,26 @@ TNN_HD inline void weight_tangent(uint32_t n_dims, uint32_t n_grad_dims, const S
     barycentric(n_dims, de, s.rank, F(0), out);
 }
 
-// dL/dx from G_k = dL/dw_k (d + 2 values; G[d + 1] is overwritten with G[0]): the adjoint of
-// barycentric (dL/de_j = (G[d - rank_j] - G[d + 1 - rank_j]) / (d + 1)), then of elevate
-// (dL/dc_i = sum_{j <= i} dL/de_j - (i + 1) dL/de_{i+1}), then dc_i/dx_i = scale_i. dx_i = 0 for
-// i >= n_grad_dims.
+// G[k] for k = index, as of_rank: a selection, not an indexed read.
+template <typename F> TNN_HD inline F at_index(uint32_t n_dims, const F* G, int32_t index) {
+    F x = F(0);
+    for (uint32_t k = 0; k <= n_dims; ++k) x += static_cast<int32_t>(k) == index ? G[k] : F(0);
+    return x;
+}
+
+// dL/dx from G_k = dL/dw_k (d + 1 values): the adjoint of barycentric (dL/de_j = (G[d - rank_j] -
+// G[d + 1 - rank_j]) / (d + 1), vertex d + 1 being vertex 0), then of elevate (dL/dc_i = sum_{j <= i}
+// dL/de_j - (i + 1) dL/de_{i+1}), then dc_i/dx_i = scale_i. dx_i = 0 for i >= n_grad_dims.
 template <typename F, uint32_t CAP>
-TNN_HD inline void input_gradient(uint32_t n_dims, uint32_t n_grad_dims, const Simplex<F, CAP>& s, F* G,
+TNN_HD inline void input_gradient(uint32_t n_dims, uint32_t n_grad_dims, const Simplex<F, CAP>& s, const F* G,
                                   const float* scale, F* dx) {
     const F inv_n1 = F(1) / static_cast<F>(n_dims + 1);
-    G[n_dims + 1] = G[0];
+    const int32_t n = static_cast<int32_t>(n_dims);
     F de[CAP + 1];
-    for (uint32_t j = 0; j <= n_dims; ++j) de[j] = (G[n_dims - s.rank[j]] - G[n_dims + 1 - s.rank[j]]) * inv_n1;
+    for (uint32_t j = 0; j <= n_dims; ++j) {
+        const int32_t up = n - s.rank[j], down = s.rank[j] == 0 ? 0 : n + 1 - s.rank[j];
+        de[j] = (at_index(n_dims, G, up) - at_index(n_dims, G, down)) * inv_n1;
+    }
     F prefix = F(0);
     for (uint32_t i = 0; i < n_dims; ++i) {
         prefix += de[i];
@@ -213,7 +231,7 @@ template <typename F>
 inline F min_weight(uint32_t n_dims, const F* x, const float* shift, const float* scale) {
     Simplex<F, kMaxDims> s;
     locate(n_dims, x, shift, scale, s);
-    F w[kMaxDims + 2];
+    F w[kMaxDims + 1];
     barycentric(n_dims, s.rest, s.rank, F(1), w);
     F m = w[0];
     for (uint32_t k = 1; k <= n_dims; ++k) m = hd::fmin(m, w[k]);

@@ -32,7 +32,7 @@ PermutoLevels test_levels(uint32_t n_dims, uint32_t n_levels = 3) {
 struct Located {
     permuto::Simplex<double, kMaxDims> s;
     double e[kMaxDims + 1];
-    double w[kMaxDims + 2];
+    double w[kMaxDims + 1];
 };
 
 Located locate64(uint32_t d, const double* x, const PermutoLevels& L, uint32_t level) {
@@ -197,7 +197,7 @@ TEST(PermutoMath, TangentAndInputGradientAreTheDerivativeAndItsAdjoint) {
                 const double* x = &xs[r * d];
                 const double* v = &vs[r * d];
                 const Located p = locate64(d, x, L, l);
-                double E[kMaxDims + 2];
+                double E[kMaxDims + 1];
                 permuto::weight_tangent(d, d, p.s, v, L.scale_of(l), E);
                 const double h = 1e-7;
                 std::vector<double> xp(x, x + d), xm(x, x + d);
@@ -212,7 +212,7 @@ TEST(PermutoMath, TangentAndInputGradientAreTheDerivativeAndItsAdjoint) {
                     esum += E[k];
                 }
                 EXPECT_NEAR(esum, 0.0, 1e-12);
-                double G[kMaxDims + 2], dx[kMaxDims];
+                double G[kMaxDims + 1], dx[kMaxDims];
                 for (uint32_t k = 0; k <= d; ++k) G[k] = Gs[r * (d + 1) + k];
                 permuto::input_gradient(d, d, p.s, G, L.scale_of(l), dx);
                 double lhs = 0, rhs = 0, mag = 0;
@@ -232,11 +232,11 @@ TEST(PermutoMath, GradientDimensionsLimit) {
     const PermutoLevels L = test_levels(d, 1);
     const double x[4] = {0.2, 0.4, 0.6, 0.8}, v[4] = {0.3, -0.2, 0.7, 0.5}, vcut[4] = {0.3, -0.2, 0, 0};
     const Located p = locate64(d, x, L, 0);
-    double E[kMaxDims + 2], Ecut[kMaxDims + 2];
+    double E[kMaxDims + 1], Ecut[kMaxDims + 1];
     permuto::weight_tangent(d, 2, p.s, v, L.scale_of(0), E);
     permuto::weight_tangent(d, d, p.s, vcut, L.scale_of(0), Ecut);
     for (uint32_t k = 0; k <= d; ++k) EXPECT_EQ(E[k], Ecut[k]);
-    double G[kMaxDims + 2] = {1, -2, 0.5, 3, -1}, dx[kMaxDims];
+    double G[kMaxDims + 1] = {1, -2, 0.5, 3, -1}, dx[kMaxDims];
     permuto::input_gradient(d, 2, p.s, G, L.scale_of(0), dx);
     EXPECT_NE(dx[0], 0.0);
     EXPECT_EQ(dx[2], 0.0);
@@ -256,7 +256,7 @@ TEST(PermutoMath, FloatAgreesWithDoubleAwayFromFaces) {
                 for (uint32_t i = 0; i < d; ++i) xf[i] = static_cast<float>(xs[r * d + i]);
                 permuto::Simplex<float, kMaxDims> sf;
                 permuto::locate(d, xf, L.shift_of(l), L.scale_of(l), sf);
-                float wf[kMaxDims + 2];
+                float wf[kMaxDims + 1];
                 permuto::barycentric(d, sf.rest, sf.rank, 1.0f, wf);
                 double emax = 1;
                 for (uint32_t j = 0; j <= d; ++j) emax = std::max(emax, std::fabs(p.e[j]));
