@@ -210,37 +210,37 @@ const std::vector<EncodingCase>& encoding_cases() {
         v.push_back(grid_case("hash3d_empty_batch", 3, grid_config("HashGrid", {{"n_levels", 2}}), 0));
         // ---- Permuto: dimensions (1..8 compiled exactly, 12 and 32 by the any-dimension kernels), features
         // per level, max_input_grad_dims, deterministic gradients, coarse-to-fine, an empty batch
-        auto permuto = [](std::initializer_list<std::pair<const char*, json>> keys) {
+        auto permuto_config = [](std::initializer_list<std::pair<const char*, json>> keys) {
             json j = {{"otype", "Permuto"}, {"base_scale", 8.0}, {"per_level_scale", 1.5}};
             for (const auto& [k, val] : keys) j[k] = val;
             return j;
         };
-        v.push_back(permuto_case("permuto3d_f2", 3, permuto({{"n_levels", 4}, {"log2_hashmap_size", 10}}), 1000));
+        v.push_back(permuto_case("permuto3d_f2", 3, permuto_config({{"n_levels", 4}, {"log2_hashmap_size", 10}}), 1000));
         v.push_back(permuto_case("permuto3d_f2_deterministic", 3,
-                                 permuto({{"n_levels", 4}, {"log2_hashmap_size", 10}, {"deterministic", true}}), 1000));
+                                 permuto_config({{"n_levels", 4}, {"log2_hashmap_size", 10}, {"deterministic", true}}), 1000));
         v.push_back(permuto_case("permuto2d_f4", 2,
-                                 permuto({{"n_levels", 3}, {"n_features_per_level", 4}, {"log2_hashmap_size", 8}}), 777));
+                                 permuto_config({{"n_levels", 3}, {"n_features_per_level", 4}, {"log2_hashmap_size", 8}}), 777));
         v.push_back(permuto_case("permuto1d_f1_batch1", 1,
-                                 permuto({{"n_levels", 5}, {"n_features_per_level", 1}, {"log2_hashmap_size", 6}}), 1));
+                                 permuto_config({{"n_levels", 5}, {"n_features_per_level", 1}, {"log2_hashmap_size", 6}}), 1));
         v.push_back(permuto_case("permuto5d_f8_grad_dims3", 5,
-                                 permuto({{"n_levels", 2}, {"n_features_per_level", 8}, {"log2_hashmap_size", 8},
+                                 permuto_config({{"n_levels", 2}, {"n_features_per_level", 8}, {"log2_hashmap_size", 8},
                                           {"max_input_grad_dims", 3}}),
                                  333));
         v.push_back(permuto_case("permuto8d_f2_deterministic", 8,
-                                 permuto({{"n_levels", 2}, {"log2_hashmap_size", 9}, {"deterministic", true}}), 257));
+                                 permuto_config({{"n_levels", 2}, {"log2_hashmap_size", 9}, {"deterministic", true}}), 257));
         v.push_back(permuto_case("permuto12d_f1", 12,
-                                 permuto({{"n_levels", 2}, {"n_features_per_level", 1}, {"log2_hashmap_size", 8}}), 200));
+                                 permuto_config({{"n_levels", 2}, {"n_features_per_level", 1}, {"log2_hashmap_size", 8}}), 200));
         v.push_back(permuto_case("permuto32d_f2_deterministic", 32,
-                                 permuto({{"n_levels", 2}, {"log2_hashmap_size", 8}, {"base_scale", 2.0},
+                                 permuto_config({{"n_levels", 2}, {"log2_hashmap_size", 8}, {"base_scale", 2.0},
                                           {"deterministic", true}}),
                                  64));
         {
             EncodingCase c = permuto_case("permuto3d_max_level_half", 3,
-                                          permuto({{"n_levels", 6}, {"log2_hashmap_size", 8}, {"base_scale", 4.0}}), 700);
+                                          permuto_config({{"n_levels", 6}, {"log2_hashmap_size", 8}, {"base_scale", 4.0}}), 700);
             c.max_level = 0.5f;
             v.push_back(c);
         }
-        v.push_back(permuto_case("permuto3d_empty_batch", 3, permuto({{"n_levels", 2}, {"log2_hashmap_size", 6}}), 0));
+        v.push_back(permuto_case("permuto3d_empty_batch", 3, permuto_config({{"n_levels", 2}, {"log2_hashmap_size", 6}}), 0));
         // ---- parameter-free encodings
         v.push_back({"identity", 3, {{"otype", "Identity"}, {"scale", 1.5}, {"offset", 0.25}}, 1000});
         {

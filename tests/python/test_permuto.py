@@ -125,3 +125,37 @@ def test_in_a_composite():
 def test_config_errors(bad, word):
     with pytest.raises(ValueError, match=word):
         tcnn.Encoding(3, dict(CONFIG, **bad), device=CPU)
+
+
+@pytest.mark.gpu
+def test_cuda_matches_the_cpu_fp64_reference():
+    # The output and the parameter gradient are continuous in x (a vertex enters or leaves a simplex with
+    # weight 0), so an fp32 simplex that differs from the fp64 one near a face changes them by rounding
+    # only. Their fp32 error is dominated by the weights' rounding: 2 (d + 3) eps E (E = 6 s (1 + sum_i
+    # 1/sqrt((i+1)(i+2))), s the finest level's scale; docs/encodings.md, tests/gpu/test_gpu_encodings.cpp)
+    # plus 4 (d + 1) eps, relative to the values' size.
+    d = 3
+    scale = CONFIG["base_scale"] * CONFIG["per_level_scale"] ** (CONFIG["n_levels"] - 1)
+    E = 6 * scale * (1 + sum((i + 1) ** -0.5 * (i + 2) ** -0.5 for i in range(d)))
+    tol = (2 * (d + 3) * E + 4 * (d + 1)) * EPS[torch.float32]
+    gpu = tcnn.Encoding(d, CONFIG, dtype=torch.float32, device="cuda")
+    ref = tcnn.Encoding(d, CONFIG, dtype=torch.float64, device=CPU)
+    with torch.no_grad():
+        ref.params.copy_(random_params(ref, 13))
+        gpu.params.copy_(ref.params.float().cuda())
+    x = points(333, d, 14, torch.float32)
+    w = torch.rand(333, 6, generator=torch.Generator().manual_seed(15))
+    results = []
+    for module, xin, win in ((gpu, x.cuda(), w.cuda()), (ref, x.double(), w.double())):
+        y = module(xin)
+        (y * win).sum().backward()
+        results.append((y.double().cpu(), module.params.grad.double().cpu()))
+    for got, want in zip(results[0], results[1]):
+        assert (got - want).norm() <= tol * want.norm()
+    # The eikonal-style step on CUDA tensors: the second-order pass runs, x's gradient is exactly 0.
+    xg = x.cuda().requires_grad_(True)
+    (g,) = torch.autograd.grad(gpu(xg)[:, 0].sum(), xg, create_graph=True)
+    gpu.params.grad = None
+    g.square().sum().backward()
+    assert torch.equal(xg.grad, torch.zeros_like(xg))
+    assert torch.isfinite(gpu.params.grad).all() and gpu.params.grad.abs().sum() > 0
