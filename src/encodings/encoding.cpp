@@ -14,6 +14,7 @@ const Registry<EncodingFactory>& encoding_registry() {
         register_oneblob_encoding(r);
         register_spherical_harmonics_encoding(r);
         register_grid_encodings(r);
+        register_permuto_encoding(r);
         register_composite_encodings(r);
         register_empty_encoding(r);
         return r;

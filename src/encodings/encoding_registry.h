@@ -5,6 +5,7 @@
 #include <tnn/encoding.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 namespace tnn {
@@ -24,6 +25,7 @@ void register_spherical_harmonics_encoding(Registry<EncodingFactory>& r);
 void register_empty_encoding(Registry<EncodingFactory>& r);
 void register_grid_encodings(Registry<EncodingFactory>& r);       // Grid, HashGrid, DenseGrid, TiledGrid
 void register_composite_encodings(Registry<EncodingFactory>& r);  // Composite, NRC, OneBlobFrequency
+void register_permuto_encoding(Registry<EncodingFactory>& r);     // Permuto
 
 // Config limits of the per-dimension encodings, shared with the NRC preset that nests them.
 // Frequency, TriangleWave: beyond 2^63 pi (the triangle phase: 2^64) the lanes of an fp32 input are
@@ -51,6 +53,21 @@ public:
 inline uint32_t required_output_alignment(const Encoding& e) {
     const auto* a = dynamic_cast<const AlignedOutput*>(&e);
     return a ? a->required_output_alignment() : 1u;
+}
+
+// tcnn's initialisation of hashed feature tables (grids, Permuto): generate_random_uniform on the GPU,
+// 128-thread blocks with 4 values per thread. Thread i takes draws 4i..4i+3 of the stream for elements
+// i, i + N, i + 2N, i + 3N (N the total thread count); each value is fma(r, upper - lower, lower). The
+// stream then continues after n draws. Reproducing that order gives tcnn's values.
+inline void tcnn_uniform_init(Pcg32& rng, uint64_t n, float lower, float upper, float* params) {
+    const uint64_t n_threads = (((n + 3) / 4 + 127) / 128) * 128;
+    Pcg32 draws = rng;
+    for (uint64_t d = 0; d < 4 * n_threads; ++d) {
+        const float r = draws.next_float();
+        const uint64_t idx = d / 4 + n_threads * (d % 4);
+        if (idx < n) params[idx] = std::fma(r, upper - lower, lower);
+    }
+    rng.advance(n);
 }
 
 // Converts the elements of an fp32/fp64 input view to acc type A (CPU reference helper).

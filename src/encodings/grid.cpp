@@ -101,22 +101,8 @@ public:
         return j;
     }
 
-    // tcnn draws the grid on the GPU (generate_random_uniform: 128-thread blocks, 4 values per
-    // thread): thread i takes draws 4i..4i+3 of the stream for elements i, i + N, i + 2N, i + 3N,
-    // N the total thread count; each value is fma(r, upper - lower, lower) in [-1e-4, 1e-4). The
-    // stream then continues after n_params draws. Reproducing that order gives tcnn's values.
-    void init_params(Pcg32& rng, float* params) const override {
-        const uint64_t n = n_params();
-        const uint64_t n_threads = (((n + 3) / 4 + 127) / 128) * 128;
-        const float lower = -1e-4f, upper = 1e-4f;
-        Pcg32 draws = rng;
-        for (uint64_t d = 0; d < 4 * n_threads; ++d) {
-            const float r = draws.next_float();
-            const uint64_t idx = d / 4 + n_threads * (d % 4);
-            if (idx < n) params[idx] = std::fma(r, upper - lower, lower);
-        }
-        rng.advance(n);
-    }
+    // tcnn's order of draws (tcnn_uniform_init), values in [-1e-4, 1e-4).
+    void init_params(Pcg32& rng, float* params) const override { tcnn_uniform_init(rng, n_params(), -1e-4f, 1e-4f, params); }
 
     float padding_value() const override { return 0.0f; }
     void set_max_level(float max_level) override { m_max_level.store(max_level); }

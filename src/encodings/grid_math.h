@@ -72,6 +72,16 @@ TNN_HD inline uint32_t xor_hash(uint32_t n_dims, const uint32_t* pos, const uint
     return r;
 }
 
+// The coordinates as base-2531011 digits, in uint32 arithmetic (tcnn's base_convert_hash): any number
+// of dimensions, one coordinate per step from k = 0. The grids' BaseConvert hash and the Permuto
+// encoding's vertex hash.
+TNN_HD inline uint32_t base_convert_step(uint32_t k, uint32_t coordinate) { return (k + coordinate) * 2531011u; }
+TNN_HD inline uint32_t base_convert_hash(uint32_t n_dims, const uint32_t* pos) {
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n_dims; ++i) k = base_convert_step(k, pos[i]);
+    return k;
+}
+
 // tcnn's grid hashes. CoherentPrime (the default) multiplies x by 1, so neighbouring x share cache
 // lines; Prime and ReversedPrime use seven large factors; Rng jumps a PCG32 seeded 1337 ahead by the
 // coordinates packed into 64 bits; BaseConvert treats the coordinates as base-2531011 digits.
@@ -100,14 +110,7 @@ TNN_HD inline uint32_t grid_hash(HashType hash, uint32_t n_dims, const uint32_t*
             rng.advance(step);
             return rng.next_uint();
         }
-        case HashType::BaseConvert: {
-            uint32_t k = 0;
-            for (uint32_t i = 0; i < n_dims; ++i) {
-                k += pos[i];
-                k *= 2531011u;
-            }
-            return k;
-        }
+        case HashType::BaseConvert: return base_convert_hash(n_dims, pos);
     }
     return 0;
 }

@@ -1,13 +1,16 @@
 // Every encoding on every backend against the CPU fp64 reference: one list of cases (grid types,
 // interpolations, features per level, dimensions 1..7, hashes, set_max_level, stochastic and
-// deterministic gradients, the parameter-free encodings, Composites; batch sizes 0, 1, odd) x
-// {fp32, fp16, bf16}, comparing forward, inference, backward (dL/dx, dL/dparams) and the second-order
-// pass. Then GPU-only properties: bitwise determinism of the ordered grid gradient (run to run, across
-// kernel variants, global switch), load paths, accumulate mode, strided views, graph capture, streams.
+// deterministic gradients, Permuto lattices of 1 to 32 dimensions, the parameter-free encodings,
+// Composites; batch sizes 0, 1, odd) x {fp32, fp16, bf16}, comparing forward, inference, backward (dL/dx,
+// dL/dparams) and the second-order pass. Then GPU-only properties: bitwise determinism of the ordered grid
+// and Permuto gradients (run to run, across kernel variants, global switch), load paths, accumulate mode,
+// strided views, graph capture, streams.
 #include "gpu_test_util.h"
 
 #include "encodings/grid_gpu.h"
 #include "encodings/grid_math.h"
+#include "encodings/permuto.h"
+#include "encodings/permuto_math.h"
 #include "grid_accuracy.h"
 
 #include <cmath>
@@ -34,6 +37,12 @@ struct GridSpec {
 struct TriangleSpec {
     uint32_t first_dim, n_dims, n_frequencies;
 };
+// A Permuto encoding: inputs stay away from the faces of their simplices (same reason), given its
+// lattice (the levels' fp32 scales and shifts, which the fp64 reference shares).
+struct PermutoSpec {
+    uint32_t first_dim, n_dims;
+    PermutoLevels levels;
+};
 
 struct EncodingCase {
     std::string name;
@@ -42,6 +51,7 @@ struct EncodingCase {
     int64_t batch;
     std::vector<GridSpec> grids = {};
     std::vector<TriangleSpec> triangles = {};
+    std::vector<PermutoSpec> permutos = {};
     // Sensitivity of the outputs to fp32 rounding of the input-dependent argument, in units of that
     // rounding (see error_model): grids 3 D (max_scale + 1), Frequency 2^n pi, ...
     double argument_terms = 2;
@@ -68,6 +78,27 @@ json grid_config(const char* otype, std::initializer_list<std::pair<const char*,
 double grid_argument_terms(uint32_t n_dims, uint32_t n_levels, uint32_t base, float per_level_scale) {
     const float s = grid::grid_scale(n_levels - 1, std::log2(per_level_scale), base);
     return 3.0 * n_dims * (static_cast<double>(std::max(s, 1.0f)) + 1.0);
+}
+
+// The fp32 weights of a Permuto level, off by the rounding of the elevated coordinates: x + shift (|.| <= 6)
+// and its product with the scale s_i, then the elevation's d sums and one fma of terms up to
+// E = 6 scale (1 + sum_i dim_factor(i)): (d + 3) eps E per coordinate. Two residuals over d + 1 move each
+// weight, and the d + 1 weights move the output by 2 (d + 3) eps E max|V|; the residuals' own rounding
+// (|r| <= d + 1), the 1/(d + 1) and the sums add about 4 (d + 1) eps.
+double permuto_argument_terms(const PermutoLevels& L) {
+    double factors = 1.0, scale = 0.0;
+    for (uint32_t i = 0; i < L.n_dims; ++i) factors += permuto::dim_factor(i);
+    for (float s : L.level_scale) scale = std::max(scale, std::fabs(static_cast<double>(s)));
+    return 2.0 * (L.n_dims + 3) * 6.0 * scale * factors + 4.0 * (L.n_dims + 1);
+}
+
+EncodingCase permuto_case(std::string name, uint32_t n_dims, json config, int64_t batch) {
+    EncodingCase c{std::move(name), n_dims, config, batch};
+    const PermutoLevels L = permuto_levels(n_dims, config.value("n_levels", 16u), config.value("base_scale", 16.0f),
+                                           config.value("per_level_scale", 2.0f), config.value("seed", 1337u));
+    c.argument_terms = permuto_argument_terms(L);
+    c.permutos = {{0, n_dims, L}};
+    return c;
 }
 
 EncodingCase grid_case(std::string name, uint32_t n_dims, json config, int64_t batch) {
@@ -177,6 +208,39 @@ const std::vector<EncodingCase>& encoding_cases() {
             v.push_back(c);
         }
         v.push_back(grid_case("hash3d_empty_batch", 3, grid_config("HashGrid", {{"n_levels", 2}}), 0));
+        // ---- Permuto: dimensions (1..8 compiled exactly, 12 and 32 by the any-dimension kernels), features
+        // per level, max_input_grad_dims, deterministic gradients, coarse-to-fine, an empty batch
+        auto permuto_config = [](std::initializer_list<std::pair<const char*, json>> keys) {
+            json j = {{"otype", "Permuto"}, {"base_scale", 8.0}, {"per_level_scale", 1.5}};
+            for (const auto& [k, val] : keys) j[k] = val;
+            return j;
+        };
+        v.push_back(permuto_case("permuto3d_f2", 3, permuto_config({{"n_levels", 4}, {"log2_hashmap_size", 10}}), 1000));
+        v.push_back(permuto_case("permuto3d_f2_deterministic", 3,
+                                 permuto_config({{"n_levels", 4}, {"log2_hashmap_size", 10}, {"deterministic", true}}), 1000));
+        v.push_back(permuto_case("permuto2d_f4", 2,
+                                 permuto_config({{"n_levels", 3}, {"n_features_per_level", 4}, {"log2_hashmap_size", 8}}), 777));
+        v.push_back(permuto_case("permuto1d_f1_batch1", 1,
+                                 permuto_config({{"n_levels", 5}, {"n_features_per_level", 1}, {"log2_hashmap_size", 6}}), 1));
+        v.push_back(permuto_case("permuto5d_f8_grad_dims3", 5,
+                                 permuto_config({{"n_levels", 2}, {"n_features_per_level", 8}, {"log2_hashmap_size", 8},
+                                          {"max_input_grad_dims", 3}}),
+                                 333));
+        v.push_back(permuto_case("permuto8d_f2_deterministic", 8,
+                                 permuto_config({{"n_levels", 2}, {"log2_hashmap_size", 9}, {"deterministic", true}}), 257));
+        v.push_back(permuto_case("permuto12d_f1", 12,
+                                 permuto_config({{"n_levels", 2}, {"n_features_per_level", 1}, {"log2_hashmap_size", 8}}), 200));
+        v.push_back(permuto_case("permuto32d_f2_deterministic", 32,
+                                 permuto_config({{"n_levels", 2}, {"log2_hashmap_size", 8}, {"base_scale", 2.0},
+                                          {"deterministic", true}}),
+                                 64));
+        {
+            EncodingCase c = permuto_case("permuto3d_max_level_half", 3,
+                                          permuto_config({{"n_levels", 6}, {"log2_hashmap_size", 8}, {"base_scale", 4.0}}), 700);
+            c.max_level = 0.5f;
+            v.push_back(c);
+        }
+        v.push_back(permuto_case("permuto3d_empty_batch", 3, permuto_config({{"n_levels", 2}, {"log2_hashmap_size", 6}}), 0));
         // ---- parameter-free encodings
         v.push_back({"identity", 3, {{"otype", "Identity"}, {"scale", 1.5}, {"offset", 0.25}}, 1000});
         {
@@ -274,6 +338,20 @@ const std::vector<EncodingCase>& encoding_cases() {
             v.push_back(c);
         }
         {
+            const json nested_permuto = {{"otype", "Permuto"}, {"n_dims_to_encode", 3}, {"n_levels", 3},
+                                         {"log2_hashmap_size", 7}, {"base_scale", 4.0}};
+            EncodingCase c{"composite_permuto",
+                           4,
+                           {{"otype", "Composite"},
+                            {"nested", {{{"otype", "Frequency"}, {"n_frequencies", 2}, {"n_dims_to_encode", 1}},
+                                        nested_permuto}}},
+                           500};
+            const PermutoLevels L = permuto_levels(3, 3, 4.0f, 2.0f, 1337);
+            c.argument_terms = std::max(permuto_argument_terms(L), 8 * 3.1416);
+            c.permutos = {{1, 3, L}};
+            v.push_back(c);
+        }
+        {
             EncodingCase c{"nrc_preset", 9, {{"otype", "NRC"}, {"n_frequencies", 4}, {"n_bins", 4}}, 257};
             c.triangles = {{0, 3, 4}};
             c.argument_terms = 32;
@@ -306,6 +384,16 @@ bool safe_row(const EncodingCase& c, const float* x) {
                 const double margin = std::max(1e-6, 8 * std::ldexp(std::fabs(pos), -24));
                 if (std::fabs(pos - std::round(pos)) < margin) return false;
             }
+        }
+    for (const PermutoSpec& p : c.permutos)
+        for (uint32_t l = 0; l < p.levels.n_levels; ++l) {
+            // The fp32 weights are within about argument_terms eps / (2 (d + 1)) of the fp64 ones
+            // (permuto_argument_terms): 8 times that keeps both on the same side of every face.
+            double x64[permuto::kMaxDims];
+            for (uint32_t i = 0; i < p.n_dims; ++i) x64[i] = x[p.first_dim + i];
+            const double terms = permuto_argument_terms(p.levels);
+            const double margin = std::max(1e-6, 4 * terms * dtype_epsilon(DType::f32) / (p.n_dims + 1));
+            if (permuto::min_weight(p.n_dims, x64, p.levels.shift_of(l), p.levels.scale_of(l)) < margin) return false;
         }
     for (const TriangleSpec& t : c.triangles)
         for (uint32_t k = 0; k < t.n_frequencies; ++k)
@@ -411,8 +499,14 @@ struct ErrorModel {
 // parameter gradients (every row adds to an entry), D for the second-order sums over dimensions, plus
 // the case's argument sensitivity. dL/dx is fp32 whatever the dtype (inputs are fp32).
 ErrorModel error_model(const EncodingCase& c, const Encoding& e) {
-    const double D = e.n_input_dims(), corners = c.grids.empty() ? 64.0 : std::ldexp(1.0, c.grids[0].n_dims);
-    const double L = c.grids.empty() ? 1.0 : c.grids[0].n_levels, P = c.argument_terms;
+    // Contributions per output: a grid's 2^D corners, a Permuto level's d + 1 vertices.
+    double corners = c.grids.empty() ? 64.0 : std::ldexp(1.0, c.grids[0].n_dims);
+    double L = c.grids.empty() ? 1.0 : c.grids[0].n_levels;
+    if (!c.permutos.empty()) {
+        corners = c.permutos[0].n_dims + 1.0;
+        L = c.permutos[0].levels.n_levels;
+    }
+    const double D = e.n_input_dims(), P = c.argument_terms;
     const double per_row = corners * L * 8;  // corners x levels x at most 8 features feed one dL/dx
     const DType t = e.param_dtype();
     const double R = c.dtype_roundings;
@@ -1732,6 +1826,148 @@ TEST(CompositeGpu, BackwardOnAnotherStream) {
     s1.stream().synchronize();
     expect_same_bits(to_float(download(dp)), to_float(want.dL_dparams), "dL/dparams with backward on another stream");
     expect_same_bits(to_float(download(dx)), to_float(want.dL_dx), "dL/dinput with backward on another stream");
+}
+
+// ---- Permuto ------------------------------------------------------------------------------------------
+
+// The deterministic parameter gradients (fixed point, first and second order) are the same bits run to
+// run, with other temporary memory, and with the global switch instead of the key; outputs and dL/dx
+// have no atomics and are reproducible anyway.
+TEST(PermutoGpu, DeterministicGradientIsBitwiseReproducible) {
+    TNN_SKIP_WITHOUT_GPU();
+    SwitchGuard guard;
+    for (const char* name : {"permuto3d_f2_deterministic", "permuto8d_f2_deterministic", "permuto32d_f2_deterministic"})
+        for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+            const EncodingCase& c = case_named(name);
+            SCOPED_TRACE(msg(name, " ", dtype_name(dtype)));
+            const auto enc = create_encoding(c.n_dims, c.config, dtype);
+            const EncodingData data = make_data(c, *enc, dtype, 99);
+            TestStream stream(Device::gpu(0));
+            const EncodingResult a = run_encoding(*enc, stream, data, c.batch);
+            free_temporary_memory();
+            const EncodingResult b = run_encoding(*enc, stream, data, c.batch);
+            expect_same_bits(to_float(a.dL_dparams), to_float(b.dL_dparams), "dL/dparams run to run");
+            expect_same_bits(to_float(a.dL_dparams2), to_float(b.dL_dparams2), "dL'/dparams run to run");
+            json plain = c.config;
+            plain.erase("deterministic");
+            const auto enc_plain = create_encoding(c.n_dims, plain, dtype);
+            set_deterministic(true);
+            const EncodingResult g = run_encoding(*enc_plain, stream, data, c.batch);
+            set_deterministic(false);
+            expect_same_bits(to_float(a.dL_dparams), to_float(g.dL_dparams), "tnn::set_deterministic(true)");
+            expect_same_bits(to_float(a.dL_dparams2), to_float(g.dL_dparams2), "tnn::set_deterministic(true), second order");
+            expect_same_bits(to_float(a.y), to_float(b.y), "output run to run");
+            expect_same_bits(to_float(a.dL_dx), to_float(b.dL_dx), "dL/dinput run to run");
+            expect_same_bits(to_float(a.dL_ddLdy), to_float(b.dL_ddLdy), "dL'/d(dL/dy) run to run");
+        }
+}
+
+TEST(PermutoGpu, AccumulateAddsToTheGradient) {
+    TNN_SKIP_WITHOUT_GPU();
+    for (const char* name : {"permuto3d_f2_deterministic", "permuto3d_f2"}) {
+        const EncodingCase& c = case_named(name);
+        SCOPED_TRACE(name);
+        const auto enc = create_encoding(c.n_dims, c.config, DType::f32);
+        const EncodingData data = make_data(c, *enc, DType::f32, 8);
+        TestStream stream(Device::gpu(0));
+        const EncodingResult once = run_encoding(*enc, stream, data, c.batch);
+        const EncodingResult acc = run_encoding(*enc, stream, data, c.batch, GradMode::accumulate, 0.5);
+        std::vector<float> want(once.dL_dparams.size()), want2(once.dL_dparams2.size());
+        for (size_t i = 0; i < want.size(); ++i) want[i] = 0.5f + static_cast<float>(once.dL_dparams[i]);
+        for (size_t i = 0; i < want2.size(); ++i) want2[i] = 0.5f + static_cast<float>(once.dL_dparams2[i]);
+        if (c.config.value("deterministic", false)) {
+            expect_same_bits(to_float(acc.dL_dparams), want, "accumulated dL/dparams");
+            expect_same_bits(to_float(acc.dL_dparams2), want2, "accumulated dL'/dparams");
+        } else {
+            // The atomics add the batch's terms to 0.5 in another order: batch x (d + 1) x F terms of fp32
+            // rounding on values up to 1 + max|gradient|.
+            const double terms = static_cast<double>(c.batch) * (c.n_dims + 1) * 2;
+            const double tol = terms * dtype_epsilon(DType::f32) * (1 + max_abs(once.dL_dparams));
+            const double tol2 = terms * dtype_epsilon(DType::f32) * (1 + max_abs(once.dL_dparams2));
+            expect_close(acc.dL_dparams, std::vector<double>(want.begin(), want.end()), tol, 0.0, "accumulated dL/dparams");
+            expect_close(acc.dL_dparams2, std::vector<double>(want2.begin(), want2.end()), tol2, 0.0,
+                         "accumulated dL'/dparams");
+        }
+    }
+}
+
+// Strided input, output and gradient views (column slices of wider tensors) give the same bits as
+// contiguous ones.
+TEST(PermutoGpu, StridedViews) {
+    TNN_SKIP_WITHOUT_GPU();
+    const EncodingCase& c = case_named("permuto3d_f2_deterministic");
+    const auto enc = create_encoding(c.n_dims, c.config, DType::f16);
+    const EncodingData data = make_data(c, *enc, DType::f16, 12);
+    const Device gpu = Device::gpu(0);
+    TestStream stream(gpu);
+    const EncodingResult want = run_encoding(*enc, stream, data, c.batch);
+    const int64_t n_out = enc->n_output_dims();
+    std::vector<double> x_wide, g_wide;
+    for (int64_t r = 0; r < c.batch; ++r) {
+        x_wide.push_back(-5.0);
+        for (int d = 0; d < 3; ++d) x_wide.push_back(data.x[r * 3 + d]);
+        x_wide.push_back(-7.0);
+        g_wide.push_back(3.0);
+        for (int64_t k = 0; k < n_out; ++k) g_wide.push_back(data.dL_dy[r * n_out + k]);
+    }
+    const Tensor xw = upload(x_wide, c.batch, 5, DType::f32, gpu), gw = upload(g_wide, c.batch, n_out + 1, DType::f16, gpu);
+    const Tensor p = upload(data.params, 1, static_cast<int64_t>(enc->n_params()), DType::f16, gpu);
+    Tensor yw(c.batch, n_out + 3, DType::f16, gpu), dxw(c.batch, 4, DType::f32, gpu);
+    Tensor dp(1, static_cast<int64_t>(enc->n_params()), DType::f16, gpu);
+    const ConstView x = xw.view().cols_slice(1, 3), g = gw.view().cols_slice(1, n_out);
+    View y = yw.view().cols_slice(2, n_out), dx = dxw.view().cols_slice(1, 3);
+    auto ctx = enc->forward(stream, x, y, p.data(), true);
+    enc->backward(stream, *ctx, x, y, g, &dx, dp.data(), p.data(), GradMode::overwrite);
+    stream.stream().synchronize();
+    const std::vector<double> yv = download(yw), dxv = download(dxw);
+    std::vector<double> y_got, dx_got;
+    for (int64_t r = 0; r < c.batch; ++r) {
+        for (int64_t k = 0; k < n_out; ++k) y_got.push_back(yv[r * (n_out + 3) + 2 + k]);
+        for (int d = 0; d < 3; ++d) dx_got.push_back(dxv[r * 4 + 1 + d]);
+    }
+    expect_same_bits(to_float(y_got), to_float(want.y), "strided output");
+    expect_same_bits(to_float(dx_got), to_float(want.dL_dx), "strided dL/dinput");
+    expect_same_bits(to_float(download(dp)), to_float(want.dL_dparams), "dL/dparams from strided views");
+}
+
+// A warmed-up forward + backward + second-order pass replays from a captured graph with the same bits
+// (deterministic gradients; fp16 parameters: the scratch and conversion are captured too).
+TEST(PermutoGpu, TrainingStepReplaysFromACapturedGraph) {
+    TNN_SKIP_WITHOUT_GPU();
+    const EncodingCase& c = case_named("permuto3d_f2_deterministic");
+    const auto enc = create_encoding(c.n_dims, c.config, DType::f16);
+    const EncodingData data = make_data(c, *enc, DType::f16, 21);
+    const Device gpu = Device::gpu(0);
+    TestStream stream(gpu);
+    const EncodingResult want = run_encoding(*enc, stream, data, c.batch);  // also the warm-up
+    const int64_t n_out = enc->n_output_dims(), n_params = static_cast<int64_t>(enc->n_params());
+    const DeviceInputs in = upload_inputs(c, *enc, data, gpu);
+    const Tensor &x = in.x, &p = in.p, &g = in.g;
+    const Tensor v = upload(data.v, c.batch, c.n_dims, DType::f32, gpu);
+    Tensor y(c.batch, n_out, DType::f16, gpu), dp(1, n_params, DType::f16, gpu), dx(c.batch, c.n_dims, DType::f32, gpu);
+    Tensor w(c.batch, n_out, DType::f16, gpu), dp2(1, n_params, DType::f16, gpu), dx2(c.batch, c.n_dims, DType::f32, gpu);
+    TestGraph graph(stream);
+    try {
+        auto ctx = enc->forward(stream, x.view(), y.view(), p.data(), true);
+        View dx_view = dx.view(), w_view = w.view(), dx2_view = dx2.view();
+        enc->backward(stream, *ctx, x.view(), y.view(), g.view(), &dx_view, dp.data(), p.data(), GradMode::overwrite);
+        enc->backward_backward_input(stream, *ctx, x.view(), v.view(), g.view(), &w_view, &dx2_view, dp2.data(),
+                                     p.data(), GradMode::overwrite);
+    } catch (const std::exception& e) {
+        FAIL() << "a warmed-up Permuto step must be capturable: " << e.what();
+    }
+    ASSERT_TRUE(graph.end());
+    for (int replay = 0; replay < 2; ++replay) {
+        for (Tensor* t : {&y, &dp, &dx, &w, &dp2, &dx2}) fill(stream, t->view(), 7.0);
+        ASSERT_TRUE(graph.launch());
+        stream.stream().synchronize();
+        expect_same_bits(to_float(download(y)), to_float(want.y), "graph replay output");
+        expect_same_bits(to_float(download(dp)), to_float(want.dL_dparams), "graph replay dL/dparams");
+        expect_same_bits(to_float(download(dx)), to_float(want.dL_dx), "graph replay dL/dinput");
+        expect_same_bits(to_float(download(w)), to_float(want.dL_ddLdy), "graph replay dL'/d(dL/dy)");
+        expect_same_bits(to_float(download(dp2)), to_float(want.dL_dparams2), "graph replay dL'/dparams");
+        expect_same_bits(to_float(download(dx2)), to_float(want.dL_dx2), "graph replay dL'/dinput");
+    }
 }
 #endif  // TNN_WITH_GPU
 
