@@ -5,7 +5,7 @@ library's flags, -fmad=false for TNN_EXACT_FP_SOURCES, one architecture) and com
 refactor of kernel code that compares "same" everywhere needs no new device run to keep the
 measured timings and the device test results valid.
 
-    python3 scripts/compare_sass.py [--base HEAD] [--arch sm_90] src/networks/instantiations/*.cu
+    python3 bench/compare_sass.py [--base HEAD] [--arch sm_90] src/networks/instantiations/*.cu
 
 --strip REGEX (repeatable) removes matches from the kernel names of both trees before they are paired,
 for a change that renames kernels without touching their code (e.g. a new defaulted template argument

@@ -5,7 +5,7 @@
 # what the variant changes) and bench/run_mlp_bench.sh runs there with one build directory.
 #
 # Usage (on the device, from the repository root):
-#   bash scripts/device_variants.sh NAME...
+#   bash bench/device_variants.sh NAME...
 # where each NAME's tree is in .export_NAME (made here with
 #   mkdir .export_NAME && git archive BRANCH | tar -x -C .export_NAME && git rev-parse --short BRANCH > .export_NAME/.head
 # and carried with `carry`). .deps (stb), when carried, is copied along. Results go to $OUT/NAME.tgz
