@@ -3,6 +3,7 @@
 # `make gpu-check` is the script run on a GPU machine (builds with CUDA for sm_90a, runs gpu tests).
 # `make test` also compiles every GPU source as HIP for gfx1201 in build-hip and audits the ISA
 # (scripts/hip_check.sh); `make hip-gpu-check` is the AMD machine's script (docs/amd.md).
+# `make fuzz FUZZ_SECONDS=N` runs each libFuzzer target of fuzz/ for N seconds (docs/reliability.md).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 NVCC := $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
@@ -14,8 +15,9 @@ CUDA_FLAGS := -DTNN_CUDA=OFF
 endif
 
 HIP_BUILD ?= build-hip
+FUZZ_SECONDS ?= 60
 
-.PHONY: demo test gpu-check hip-gpu-check clean
+.PHONY: demo test fuzz gpu-check hip-gpu-check clean
 
 # The demo compiles the GPU backend only where a GPU is there to run it (nvcc alone is not enough): a
 # machine without one builds the CPU library and the program in a build folder of their own.
@@ -41,6 +43,10 @@ test:
 	@cmake --build $(BUILD) -j $(JOBS)
 	@scripts/hip_check.sh $(HIP_BUILD) $(JOBS)
 	@scripts/run_tests.sh $(BUILD) $(JOBS)
+
+fuzz:
+	@scripts/install_deps.sh build fuzz
+	@scripts/fuzz.sh $(FUZZ_SECONDS) build-fuzz $(JOBS)
 
 gpu-check:
 	@bash scripts/gpu_check.sh

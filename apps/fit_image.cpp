@@ -6,28 +6,48 @@
 
 #include <tnn/tnn.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iostream>
+#include <cstring>
+#include <thread>
+
+#include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace tnn::app {
 
 namespace {
 
-bool file_exists(const std::string& p) { return std::ifstream(p).good(); }
+bool file_exists(const std::string& p) { return ::access(p.c_str(), F_OK) == 0; }
 
-json read_json(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw ConfigError(msg("cannot open config '", path, "'"));
-    try {
-        return json::parse(in);
-    } catch (const std::exception& e) {
-        throw ConfigError(msg("config '", path, "' is not valid JSON: ", e.what()));
-    }
+// An output's folder must exist and be writable before training starts, not after it; the write
+// itself is checked again when it happens.
+void check_output(const std::string& option, const std::string& path) {
+    if (path.empty()) return;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        throw InputError(msg(option, " '", path, "' is a folder; give a file name"));
+    const size_t slash = path.find_last_of('/');
+    const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    if (::stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        throw InputError(msg(option, " '", path, "': the folder '", folder, "' does not exist"));
+    if (::access(folder.c_str(), W_OK | X_OK) != 0)
+        throw InputError(msg(option, " '", path, "': the folder '", folder, "' is not writable: ", std::strerror(errno)));
+}
+
+// The CPUs this process may run on (its affinity mask, which containers and taskset narrow).
+int usable_cpus() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int affinity = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+    const int hardware = static_cast<int>(std::thread::hardware_concurrency());
+    if (affinity > 0 && hardware > 0) return std::min(affinity, hardware);
+    return std::max({affinity, hardware, 1});
 }
 
 Device choose_device(const std::string& name) {
@@ -79,18 +99,43 @@ std::string data_path(const std::string& file) {
 }
 
 int fit_image(const FitImageOptions& o) {
-    if (o.threads > 0) set_num_threads(o.threads);
+    if (o.batch == 0 || o.batch > kMaxBatch) throw ConfigError(msg("--batch must be in [1, ", kMaxBatch, "], got ", o.batch));
+    if (o.steps == 0 || o.eval_interval == 0) throw ConfigError("--steps and --eval-interval must be at least 1");
+    if (o.threads < 0) throw ConfigError(msg("--threads must be at least 0, got ", o.threads));
+    if (o.threads > 0) {
+        const int cpus = usable_cpus();
+        if (o.threads > cpus)
+            std::fprintf(stderr, "tnn: --threads %d is more than the %d CPUs this process may use: using %d\n", o.threads,
+                         cpus, cpus);
+        set_num_threads(std::min(o.threads, cpus));
+    }
+    check_output("--out", o.out);
+    check_output("--json", o.json);
+    check_output("--save", o.save);
     const Device device = choose_device(o.device);
     const std::string config_path = o.config.empty() ? data_path(device.is_gpu() ? "config_gpu.json" : "config_cpu.json") : o.config;
     const std::string image_path = o.image.empty() ? data_path("default.png") : o.image;
-    const json config = read_json(config_path);
+    const json config = read_json_file(config_path, "config");
+    if (!config.is_object())
+        throw ConfigError(msg("config '", config_path, "' must be a JSON object, got ", config.type_name()));
     const Image image = load_image(image_path);
-    if (o.batch == 0) throw ConfigError("--batch must be at least 1");
 
     const Stream stream = device.is_gpu() ? Stream::gpu(nullptr, device.index) : Stream::cpu();
     Trainer trainer(2, 3, config, device, o.seed);
-    if (!o.resume.empty()) trainer.load(stream, o.resume);
+    if (!o.resume.empty()) {
+        // The header first: a checkpoint for another model is refused before its payload is read.
+        const CheckpointHeader h = read_checkpoint_header(o.resume);
+        if (h.n_params != trainer.model().n_params())
+            throw CheckpointError(msg("checkpoint '", o.resume, "' does not fit this trainer: ", h.n_params,
+                                      " parameters vs ", trainer.model().n_params()));
+        if (h.step > o.steps)
+            throw ConfigError(msg("checkpoint '", o.resume, "' is at step ", h.step, ", past --steps ", o.steps,
+                                  "; give --steps of at least ", h.step));
+        trainer.load(stream, o.resume);
+    }
     const uint32_t start_step = trainer.step_count();
+    if (start_step > o.steps)
+        throw ConfigError(msg("checkpoint '", o.resume, "' is at step ", start_step, ", past --steps ", o.steps));
 
     std::printf("fit-image: %s (%dx%d) on %s, config %s\n", image_path.c_str(), image.width, image.height,
                 device.is_gpu() ? gpu_device_description(device.index).c_str() : "cpu", config_path.c_str());
@@ -161,7 +206,8 @@ int fit_image(const FitImageOptions& o) {
                         {"steps_per_second", rate},
                         {"curve", curve},
                         {"version", version()}};
-        std::ofstream(o.json) << metrics.dump(2) << "\n";
+        const std::string text = metrics.dump(2) + "\n";
+        write_file(o.json, text.data(), text.size(), "metrics JSON");
     }
     return 0;
 }

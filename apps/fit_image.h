@@ -8,6 +8,9 @@
 
 namespace tnn::app {
 
+// The largest --batch: as many samples as the largest image has pixels.
+constexpr uint32_t kMaxBatch = 1u << 24;
+
 struct FitImageOptions {
     std::string image;        // empty: the bundled default image
     std::string config;       // empty: the bundled default config for the device
@@ -19,7 +22,7 @@ struct FitImageOptions {
     uint32_t batch = 1u << 12;
     uint64_t seed = 1337;
     uint32_t eval_interval = 250;
-    int threads = 0;
+    int threads = 0;          // 0: every CPU this process may use; more is capped to that
 };
 
 int fit_image(const FitImageOptions& options);

@@ -7,8 +7,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
-#include <iostream>
+#include <new>
+#include <string>
 
 namespace {
 
@@ -26,26 +28,36 @@ void print_info() {
     std::printf("optimizers: %s\n", tnn::join(tnn::optimizer_names()).c_str());
 }
 
-}  // namespace
+// --seed: a decimal integer in [0, 2^64 - 1]. CLI11 would read "-1" and "2^64" as 2^64 - 1 and
+// "010" as octal, so the text is checked before it is converted.
+std::string check_seed(const std::string& s) {
+    const std::string max = "18446744073709551615";
+    const bool digits = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || (s.size() > 1 && s[0] == '0') || s.size() > max.size() || (s.size() == max.size() && s > max))
+        return "must be a decimal integer from 0 to " + max + ", got '" + s + "'";
+    return "";
+}
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     CLI::App app{"tiny-rdna4-nn: small fast neural networks (tcnn-compatible) on CPU, NVIDIA and AMD GPUs"};
     app.require_subcommand(1);
 
     tnn::app::FitImageOptions fit;
     auto* fit_cmd = app.add_subcommand("fit-image", "train a hash-grid MLP to reproduce an image");
-    fit_cmd->add_option("image", fit.image, "image file (PNG, JPEG, ...); default: the bundled image");
+    fit_cmd->add_option("image", fit.image, "PNG or JPEG file, at most 4096x4096 pixels; default: the bundled image");
     fit_cmd->add_option("--config", fit.config, "model config JSON (encoding, network, loss, optimizer)");
     fit_cmd->add_option("--steps", fit.steps, "training steps")->check(CLI::PositiveNumber);
-    fit_cmd->add_option("--batch", fit.batch, "samples per step")->check(CLI::PositiveNumber);
+    fit_cmd->add_option("--batch", fit.batch, "samples per step")->check(CLI::Range(1u, tnn::app::kMaxBatch));
     fit_cmd->add_option("--device", fit.device, "auto, cpu, gpu or gpu:N");
-    fit_cmd->add_option("--seed", fit.seed, "seed for parameters and samples");
+    fit_cmd->add_option("--seed", fit.seed, "seed for parameters and samples")
+        ->check(CLI::Validator(check_seed, "UINT64", "seed"));
     fit_cmd->add_option("--out", fit.out, "output PNG of the reconstruction");
     fit_cmd->add_option("--json", fit.json, "write metrics as JSON");
     fit_cmd->add_option("--save", fit.save, "write a checkpoint at the end");
     fit_cmd->add_option("--resume", fit.resume, "continue from a checkpoint");
     fit_cmd->add_option("--eval-interval", fit.eval_interval, "steps between PSNR evaluations")->check(CLI::PositiveNumber);
-    fit_cmd->add_option("--threads", fit.threads, "CPU threads (0: all)");
+    fit_cmd->add_option("--threads", fit.threads, "CPU threads (0: all this process may use; more is capped to that)")
+        ->check(CLI::NonNegativeNumber);
 
     app.add_subcommand("info", "devices, compiled backends, precisions, modules, version");
 
@@ -53,16 +65,40 @@ int main(int argc, char** argv) {
     int image_size = 512;
     auto* img_cmd = app.add_subcommand("make-image", "write the procedural default image");
     img_cmd->add_option("path", image_out, "output PNG");
-    img_cmd->add_option("--size", image_size, "width and height")->check(CLI::Range(16, 8192));
+    img_cmd->add_option("--size", image_size, "width and height")->check(CLI::Range(16, 4096));
 
-    CLI11_PARSE(app, argc, argv);
     try {
-        if (app.got_subcommand("info")) print_info();
-        if (app.got_subcommand("make-image")) tnn::app::save_png(image_out, tnn::app::procedural_image(image_size, image_size));
-        if (app.got_subcommand("fit-image")) return tnn::app::fit_image(fit);
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 1;  // --help is a "parse error" with status 0
+    }
+    if (app.got_subcommand("info")) print_info();
+    if (app.got_subcommand("make-image")) tnn::app::save_png(image_out, tnn::app::procedural_image(image_size, image_size));
+    if (app.got_subcommand("fit-image")) return tnn::app::fit_image(fit);
+    return 0;
+}
+
+}  // namespace
+
+// Every failure ends here as one line on stderr and exit status 1: the library's typed errors, the
+// JSON library's, allocation failures, thread creation failures, anything else.
+int main(int argc, char** argv) {
+    int status = 1;
+    try {
+        status = run(argc, argv);
     } catch (const tnn::Error& e) {
         std::fprintf(stderr, "tnn: error: %s\n", e.what());
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "tnn: error: out of memory\n");
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "tnn: error: %s\n", e.what());
+    } catch (...) {
+        std::fprintf(stderr, "tnn: error: unknown failure\n");
+    }
+    // What was printed must have arrived (tnn info > /dev/full is an error too).
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "tnn: error: writing to standard output failed\n");
         return 1;
     }
-    return 0;
+    return status;
 }

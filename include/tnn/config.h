@@ -1,5 +1,6 @@
 // JSON configs: a reader that applies defaults, checks types and ranges (errors name the key) and
-// warns about unknown keys, and the one case-insensitive otype registry used by every module kind.
+// warns about unknown keys, the one case-insensitive otype registry used by every module kind, and
+// the bounded parser for JSON read from files (configs, checkpoint headers).
 #pragma once
 
 #include <tnn/error.h>
@@ -18,12 +19,32 @@ namespace tnn {
 
 using json = nlohmann::json;
 
+// Bounds on JSON that comes from outside. Depth counts nested objects and arrays: `{}` is 1,
+// `{"a": [1]}` is 2. A config's modules nest a few levels deep; a Composite or optimizer wrapper adds
+// one or two levels each, so 64 leaves room for any real config while keeping every recursive walk
+// of a value (copy, compare, dump, the module factories) far from the stack limit.
+constexpr int kMaxJsonDepth = 64;
+constexpr size_t kMaxJsonBytes = size_t{16} << 20;  // configs are kilobytes; checkpoint headers too
+
+// Parses JSON text. Refuses, with a ConfigError that names `what`, text longer than max_bytes, text
+// nested deeper than max_depth (before any value of the deeper level is built) and invalid JSON.
+json parse_json(const char* text, size_t size, const std::string& what, int max_depth = kMaxJsonDepth,
+                size_t max_bytes = kMaxJsonBytes);
+// Reads and parses a JSON file with the same bounds; only regular files are read.
+json read_json_file(const std::string& path, const std::string& what, int max_depth = kMaxJsonDepth,
+                    size_t max_bytes = kMaxJsonBytes);
+// The nesting depth of a value, walked without recursion; stops counting once past `limit`
+// (returns limit + 1 then), so a deep value costs no more than a shallow one of the same size.
+int json_depth(const json& value, int limit = kMaxJsonDepth);
+
 std::string to_lower(std::string s);
 bool iequals(const std::string& a, const std::string& b);
 std::string join(const std::vector<std::string>& items, const char* sep = ", ");
 
 // Reads one config object. Every getter records the key as known; finish() logs a warning that
-// names each key nobody read (a typo in a config is then visible, not silently ignored).
+// names each key nobody read (a typo in a config is then visible, not silently ignored). The
+// constructor refuses an object nested deeper than kMaxJsonDepth, so no module factory recurses
+// into a value built in code (not parsed by parse_json) deeper than that.
 class ConfigReader {
 public:
     ConfigReader(const json& cfg, std::string where);  // where: "HashGrid encoding", used in messages

@@ -4,6 +4,8 @@
 
 #include <tnn/dtype.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,17 @@ int num_threads();
 
 // Returns cached temporary GPU memory to the driver (tcnn's free_temporary_memory).
 void free_temporary_memory();
+
+// The library's GPU memory on one device: its caching allocator of temporaries (module scratch and
+// contexts) and the buffers it holds for tensors, parameters and optimizer state. All zero without a
+// GPU backend.
+struct GpuMemoryStats {
+    size_t temporary_reserved_bytes = 0;  // held from the driver for temporaries: in use + cached
+    size_t temporary_in_use_bytes = 0;    // temporaries handed out and not yet freed
+    uint64_t driver_allocations = 0;      // allocations of temporaries from the driver since the start
+    uint64_t driver_frees = 0;
+};
+GpuMemoryStats gpu_memory_stats(int device);
 
 // Global determinism switch: kernels that reduce with atomics use their ordered variant.
 void set_deterministic(bool on);

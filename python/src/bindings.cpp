@@ -351,6 +351,15 @@ PYBIND11_MODULE(_C, m) {
     m.def("gpu_backend_name", &tnn::gpu_backend_name);
     m.def("gpu_device_count", &tnn::gpu_device_count);
     m.def("free_temporary_memory", &tnn::free_temporary_memory);
+    m.def("memory_stats", [](int device) {
+        const tnn::GpuMemoryStats s = tnn::gpu_memory_stats(device);
+        py::dict d;
+        d["temporary_reserved_bytes"] = s.temporary_reserved_bytes;
+        d["temporary_in_use_bytes"] = s.temporary_in_use_bytes;
+        d["driver_allocations"] = s.driver_allocations;
+        d["driver_frees"] = s.driver_frees;
+        return d;
+    });
     m.def("set_deterministic", &tnn::set_deterministic);
     m.def("deterministic", &tnn::deterministic);
     m.def("set_num_threads", &tnn::set_num_threads);

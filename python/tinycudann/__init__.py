@@ -20,6 +20,7 @@ from .modules import (
     TcnnValueError,
     free_temporary_memory,
     input_checks,
+    memory_stats,
     set_input_checks,
     supports_jit_fusion,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "Trainer",
     "free_temporary_memory",
     "input_checks",
+    "memory_stats",
     "set_input_checks",
     "supports_jit_fusion",
 ]

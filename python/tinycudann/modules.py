@@ -49,6 +49,17 @@ def free_temporary_memory():
     _C.free_temporary_memory()
 
 
+def memory_stats(device=None):
+    """tiny-rdna4-nn's own GPU temporaries on a device (default: the current CUDA device): bytes held
+    from the driver and in use, and the driver allocations and frees so far. Tensors that torch
+    allocates (parameters, outputs, gradients) are torch's: see torch.cuda.memory_stats."""
+    if device is None:
+        device = torch.cuda.current_device() if torch.cuda.is_available() else -1
+    elif isinstance(device, (str, torch.device)):
+        device = torch.device(device).index or 0
+    return _C.memory_stats(int(device))
+
+
 def supports_jit_fusion():
     """tcnn's runtime-compiled kernel fusion does not exist here; modules always run unfused."""
     return False

@@ -3,6 +3,7 @@
 // #ifdef TNN_WITH_GPU and otherwise call throw_no_gpu_backend().
 #pragma once
 
+#include <tnn/runtime.h>
 #include <tnn/tensor.h>
 
 #include <cstddef>
@@ -24,6 +25,7 @@ void fill(const Stream& stream, View dst, double value);      // on the GPU
 void add(const Stream& stream, ConstView src, View dst);        // dst += src, same dtype, on the GPU
 double sum(const Stream& stream, ConstView values);             // fp32/fp64 on the GPU; synchronises
 void free_temporary_memory();
+GpuMemoryStats memory_stats(int device);  // the caching allocator's figures (src/gpu/allocator.h)
 // Stream-ordered temporary memory from the caching allocator: a block freed on a stream may be reused
 // by later work on that stream only; on a capturing stream, graph memory (src/gpu/allocator.h).
 void* alloc_temporary(const Stream& stream, size_t bytes);

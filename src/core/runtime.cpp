@@ -51,6 +51,14 @@ void free_temporary_memory() {
 #endif  // TNN_WITH_GPU
 }
 
+GpuMemoryStats gpu_memory_stats(int device) {
+#ifdef TNN_WITH_GPU
+    if (device >= 0 && device < gpu_device_count()) return gpu_bridge::memory_stats(device);
+#endif  // TNN_WITH_GPU
+    (void)device;
+    return {};
+}
+
 namespace {
 std::atomic<bool> g_deterministic{false};
 }

@@ -418,6 +418,19 @@ uint32_t read_dims_key(const json& entry, const char* key, const std::string& wh
     return static_cast<uint32_t>(v.get<int64_t>());
 }
 
+// create_encoding for one nested entry, read in place: its ConfigReader already knows the keys the
+// Composite reads, so the entry's subtree is not copied (a copy per level costs depth x size).
+std::unique_ptr<Encoding> create_nested_encoding(uint32_t n_dims, const json& entry, DType dtype) {
+    const std::string otype = require_otype(entry, "encoding");
+    const EncodingFactory& factory = encoding_registry().get(otype);
+    ConfigReader r(entry, encoding_registry().canonical_name(otype) + " encoding");
+    r.mark_known("n_dims_to_encode");
+    r.mark_known("dims_to_encode_begin");
+    auto enc = factory(n_dims, dtype, r);
+    r.finish();
+    return enc;
+}
+
 std::unique_ptr<Encoding> create_composite(uint32_t n_dims, DType dtype, ConfigReader& cfg) {
     const std::string where = cfg.where();
     const json& nested = cfg.get_json("nested");
@@ -471,12 +484,9 @@ std::unique_ptr<Encoding> create_composite(uint32_t n_dims, DType dtype, ConfigR
             throw ConfigError(msg(w, " encodes dims [", offset, ", ", static_cast<uint64_t>(offset) + n,
                                   ") but the composite has only ", n_dims, " input dims"));
         if (n > 0) {
-            json child = nested[i];
-            child.erase("n_dims_to_encode");
-            child.erase("dims_to_encode_begin");
             Nested part;
             try {
-                part.encoding = create_encoding(n, child, dtype);
+                part.encoding = create_nested_encoding(n, nested[i], dtype);
             } catch (const ConfigError& e) {
                 throw ConfigError(msg(w, ": ", e.what()));
             }

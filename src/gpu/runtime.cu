@@ -369,6 +369,16 @@ void free_temporary(const Stream& stream, void* ptr, size_t) noexcept { temporar
 
 void free_temporary_memory() { release_cached(); }
 
+GpuMemoryStats memory_stats(int device) {
+    const AllocatorStats a = allocator_stats(device);
+    GpuMemoryStats s;
+    s.temporary_reserved_bytes = a.reserved_bytes;
+    s.temporary_in_use_bytes = a.in_use_bytes;
+    s.driver_allocations = a.driver_allocations;
+    s.driver_frees = a.driver_frees;
+    return s;
+}
+
 void* create_stream(int device) {
     DeviceGuard guard(device);
     gpu_stream_t s = nullptr;

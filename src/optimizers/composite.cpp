@@ -21,7 +21,7 @@ public:
                                  nested.dump()));
         for (size_t i = 0; i < nested.size(); ++i) {
             const std::string entry_path = msg(path, ".nested[", i, "]");
-            json cfg = nested[i];
+            const json& cfg = nested[i];
             if (!cfg.is_object())
                 throw ConfigError(msg(entry_path, ": optimizer config must be a JSON object, got ", cfg.type_name()));
             size_t size = kRest;
@@ -31,13 +31,12 @@ public:
                     throw ConfigError(msg(entry_path, ": key 'n_params_to_optimize' must be a non-negative integer, got ",
                                           v.dump()));
                 size = v.get<size_t>();
-                cfg.erase("n_params_to_optimize");
             } else if (std::find(m_sizes.begin(), m_sizes.end(), kRest) != m_sizes.end()) {
                 throw ConfigError(msg(entry_path, ": key 'n_params_to_optimize' is missing; only one nested optimizer "
                                                   "may omit it (it takes the remaining parameters)"));
             }
             m_sizes.push_back(size);
-            m_nested.push_back(create_optimizer_at(cfg, entry_path));
+            m_nested.push_back(create_optimizer_at(cfg, entry_path, "n_params_to_optimize"));
             m_base_learning_rates.push_back(m_nested.back()->learning_rate());
         }
     }

@@ -125,20 +125,33 @@ std::vector<StateBlob> Optimizer::state(const Stream& stream) const {
 void Optimizer::load_state(const Stream& stream, const std::vector<StateBlob>& blobs) {
     const std::string who = msg(name(), " optimizer load_state");
     if (!m_allocated) throw Error(msg(who, ": allocate() must be called before load_state()"));
-    // The blobs this optimizer would write itself are the schema: same names, dtypes and sizes.
+    // The blobs this optimizer would write itself are the schema: same names, dtypes and sizes, in the
+    // same order (blobs of equal size in another order would load into the wrong arrays).
     const std::vector<StateBlob> expected = state(stream);
-    for (const auto& e : expected) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+        const StateBlob& e = expected[i];
         auto it = std::find_if(blobs.begin(), blobs.end(), [&](const StateBlob& b) { return b.name == e.name; });
         if (it == blobs.end())
             throw CheckpointError(msg(who, ": the state has no '", e.name, "' (saved by a different optimizer config?)"));
         if (it->dtype != e.dtype || it->bytes.size() != e.bytes.size())
             throw CheckpointError(msg(who, ": '", e.name, "' is ", it->bytes.size(), " bytes of ", dtype_name(it->dtype),
                                       ", expected ", e.bytes.size(), " bytes of ", dtype_name(e.dtype)));
+        if (it != blobs.begin() + static_cast<std::ptrdiff_t>(i))
+            throw CheckpointError(msg(who, ": '", e.name, "' is state number ", it - blobs.begin(), ", expected ", i,
+                                      " (the state is out of order)"));
     }
+    // Blobs past the schema's are other optimizers' state or repeats.
+    if (blobs.size() > expected.size())
+        throw CheckpointError(msg(who, ": unexpected state '", blobs[expected.size()].name,
+                                  "' (saved by a different optimizer config?)"));
     for (const auto& b : blobs) {
-        auto it = std::find_if(expected.begin(), expected.end(), [&](const StateBlob& e) { return e.name == b.name; });
-        if (it == expected.end())
-            throw CheckpointError(msg(who, ": unexpected state '", b.name, "' (saved by a different optimizer config?)"));
+        // Scalars are hyperparameters and counters: finite, and learning rates non-negative, as in a config.
+        if (b.dtype != DType::f64) continue;
+        double v;
+        std::memcpy(&v, b.bytes.data(), sizeof(v));
+        if (!std::isfinite(v)) throw CheckpointError(msg(who, ": '", b.name, "' is ", v, ", must be finite"));
+        if (b.name.find("learning_rate") != std::string::npos && v < 0)
+            throw CheckpointError(msg(who, ": '", b.name, "' is ", v, ", must be at least 0"));
     }
     const double n_params = blob_scalar(blobs, "n_params");
     if (n_params != static_cast<double>(m_n_params))
@@ -152,7 +165,7 @@ void Optimizer::load_state(const Stream& stream, const std::vector<StateBlob>& b
 
 // ---- create_optimizer ----
 
-std::unique_ptr<Optimizer> create_optimizer_at(const json& config, const std::string& path) {
+std::unique_ptr<Optimizer> create_optimizer_at(const json& config, const std::string& path, const char* extra_key) {
     if (!config.is_object()) throw ConfigError(msg(path, ": optimizer config must be a JSON object, got ", config.type_name()));
     std::string otype = "Adam";  // tcnn's default when the key is absent
     if (config.contains("otype")) otype = require_otype(config, path.c_str());
@@ -165,6 +178,7 @@ std::unique_ptr<Optimizer> create_optimizer_at(const json& config, const std::st
         throw ConfigError(msg(path, ": ", e.what()));
     }
     ConfigReader reader(config, msg(path, " (", name, ")"));
+    if (extra_key) reader.mark_known(extra_key);
     auto opt = (*factory)(reader, path);
     reader.finish();
     return opt;

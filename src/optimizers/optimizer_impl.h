@@ -30,7 +30,10 @@ void register_batched(Registry<OptimizerFactory>& registry);
 void register_composite(Registry<OptimizerFactory>& registry);
 
 // create_optimizer for a config found at `path`; a missing otype means Adam (tcnn's default).
-std::unique_ptr<Optimizer> create_optimizer_at(const json& config, const std::string& path);
+// extra_key: a key of the config that its parent reads (Composite's n_params_to_optimize), so the
+// nested config is read in place rather than copied without it.
+std::unique_ptr<Optimizer> create_optimizer_at(const json& config, const std::string& path,
+                                               const char* extra_key = nullptr);
 // The wrappers' "nested" key: absent means {"otype": "Adam"} with its defaults.
 std::unique_ptr<Optimizer> create_nested_optimizer(ConfigReader& reader, const std::string& path);
 
