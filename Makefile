@@ -22,12 +22,26 @@ FUZZ_SECONDS ?= 60
 # The demo compiles the GPU backend only where a GPU is there to run it (nvcc alone is not enough): a
 # machine without one builds the CPU library and the program in a build folder of their own.
 HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+# There it compiles as a unity build (a few sources per translation unit: half the compile time) and
+# trains 1000 steps (28 dB PSNR, about a minute on 2 cores; 2000 steps reach 30.3 dB).
 ifneq ($(and $(NVCC),$(HAVE_GPU)),)
 DEMO_BUILD ?= $(BUILD)
 DEMO_FLAGS := $(CUDA_FLAGS)
+DEMO_STEPS ?= 2000
 else
 DEMO_BUILD ?= $(BUILD)-demo-cpu
-DEMO_FLAGS := -DTNN_CUDA=OFF
+DEMO_FLAGS := -DTNN_CUDA=OFF -DCMAKE_UNITY_BUILD=ON
+DEMO_STEPS ?= 1000
+endif
+
+# make test compiles every CUDA kernel where nvcc is found. Without a GPU to run them (their tests skip)
+# that is a compile check: device code at -O0 (cicc and ptxas still parse, type-check and assemble every
+# kernel, its inline PTX included) takes half the CPU time of the optimised build.
+TEST_CUDA_FLAGS := $(CUDA_FLAGS)
+ifneq ($(NVCC),)
+ifeq ($(HAVE_GPU),)
+TEST_CUDA_FLAGS += "-DCMAKE_CUDA_FLAGS=-Xcicc -O0 -Xptxas -O0"
+endif
 endif
 
 demo:
@@ -35,11 +49,11 @@ demo:
 	@cmake -S . -B $(DEMO_BUILD) -G Ninja $(DEMO_FLAGS) -DTNN_TESTS=OFF -DTNN_PYTHON=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(DEMO_BUILD) --target tnn_app -j $(JOBS)
 	@mkdir -p out
-	$(DEMO_BUILD)/tnn fit-image --out out/demo.png --json out/demo.json
+	$(DEMO_BUILD)/tnn fit-image --steps $(DEMO_STEPS) --out out/demo.png --json out/demo.json
 
 test:
 	@scripts/install_deps.sh build test python hip
-	@cmake -S . -B $(BUILD) -G Ninja $(CUDA_FLAGS) -DTNN_TESTS=ON -DTNN_PYTHON=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja $(TEST_CUDA_FLAGS) -DTNN_TESTS=ON -DTNN_PYTHON=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 	@scripts/hip_check.sh $(HIP_BUILD) $(JOBS)
 	@scripts/run_tests.sh $(BUILD) $(JOBS)

@@ -129,7 +129,7 @@ def floor_ms(r, fl):
         if det:
             # One request per corner and 32 bytes of u64 words: the kernel's lanes of one entry send its
             # words in one instruction, which the L2 merges (at 1.4 reductions' worth by the x-pair probe,
-            # bench/notes_grid.md section 8; counted as 1 here, so that the floor stays a lower bound).
+            # bench/notes_grid.md, "Rates"; counted as 1 here, so that the floor stays a lower bound).
             ops, rate = rows * n_global * corners * max(1, f * 8 // 32), fl["red_u64_per_s"]
             scratch = n_params * (8 + 8 + t)  # zero, read the u64 accumulator, write the gradient
         else:
@@ -259,7 +259,7 @@ def main(out_dir):
             md.append(f"| 2^{log2} | {fast['ms']:.3f} | {det['ms']:.3f} | {ratio:.3f} | <= {DETERMINISTIC_TARGET} | "
                       f"{'yes' if met else 'NO'} | {above_us:.0f} | {fmt(ff and ff['ms'])} | {fmt(fd and fd['ms'])} |")
     # Forward + backward against the two passes timed alone: what one pass leaves behind for the next (in
-    # L2: run 81's evict-last lines cost the forward after a backward 50 us, notes_grid.md section 10).
+    # L2: run 81's evict-last lines cost the forward after a backward 50 us, bench/notes_grid.md, "Design": L2 hints).
     seq_rows = []
     for log2 in (20, 21):
         b = 1 << log2
@@ -274,8 +274,8 @@ def main(out_dir):
         md += ["", "Forward + backward against the passes alone (the excess is what one pass costs the next, e.g. "
                "through what it leaves in L2; at 2^20 7-11 us in runs 76-79, 82 and 84, 50 us in run 81):", "",
                "| rows | forward ms | backward ms | sum ms | fwd_bwd ms | excess us |", "|---|---|---|---|---|---|"] + seq_rows
-    # The fast backward against its reductions at the x-pair rates measured in this run (notes_grid.md
-    # section 8): today's layout (a pair sharing a 2-entry slot as one v4, the others per lane) and the
+    # The fast backward against its reductions at the x-pair rates measured in this run (bench/notes_grid.md,
+    # "Rates"): today's layout (a pair sharing a 2-entry slot as one v4, the others per lane) and the
     # permuted extra arrays that are not built (the m = 3 and 7 pairs in slots of their own).
     xp_rows = []
     for log2 in (20, 21):

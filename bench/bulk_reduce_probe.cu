@@ -2,11 +2,11 @@
 // (cp.reduce.async.bulk ... .add.u64, issued by one thread for 16 or 32 contiguous bytes) carry the
 // 64-bit fixed-point contributions of an x-pair with fewer L2 operations than today's per-lane
 // red.global.add.u64? A standalone program (no library code): the figures decide whether a kernel is
-// worth writing (bench/notes_grid.md section 16).
+// worth writing (bench/notes_grid.md, "Design": the deterministic x-pairs).
 //
 // Today's deterministic corner kernel (a thread per (row, feature)) sends an entry's two u64 words
 // from two lanes of one instruction; the L2 takes such a merged request at about 1.4 single
-// reductions' worth (section 8), and integer reductions have no vector form. A bulk reduction moves
+// reductions' worth (bench/notes_grid.md, "Rates"), and integer reductions have no vector form. A bulk reduction moves
 // up to a whole x-pair (two 16-byte entries when they are contiguous) in one operation, but it is
 // issued by the TMA unit, whose rate for small operations is unknown: that is what this measures.
 //

@@ -1,4 +1,4 @@
-"""Model of the locality experiment (bench/notes_grid.md section 5): how many distinct x-pair requests
+"""Model of the locality experiment (docs/performance.md, rows in Morton order): how many distinct x-pair requests
 the main grid's levels 2..15 need per block of rows when the rows are uniformly random and when the same
 rows are in Morton order. A request repeated inside a block is counted once (assumed served by L1).
 The x-pair of a corner is approximated by (cell x / 2, cell y, cell z); the hash is not modelled.

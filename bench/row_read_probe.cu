@@ -1,4 +1,4 @@
-// Probe for issue #9's deterministic bound pass (bench/notes_grid.md section 22): what does reading part
+// Probe for issue #9's deterministic bound pass (bench/notes_grid.md, "Measured and not kept": the bound pass split in two): what does reading part
 // of each 64-byte row of dL/dy from DRAM cost against reading the whole row? The split bound pass of the
 // twenty-seventh session read the first 32 bytes of every row in one part and the last 32 in the other,
 // and was slower than one pass over whole rows. If the memory system fetches more than a 32-byte sector

@@ -4,7 +4,7 @@
 # BlasLtMLP; one fresh process per case (bench/bench_blaslt.cpp), aggregated by
 # bench/bench_blaslt_report.py into JSON, markdown and PNG. Everything it keeps goes to $OUT/blaslt;
 # the last lines printed are the summary. Under 7 minutes on one H200 with a fresh build, also as an
-# extra step of scripts/device_run.sh (which builds first and gives a step 420 s).
+# extra step of bench/device_run.sh (which builds first and gives a step 420 s).
 #
 # Environment: OUT (default out), BUILD (default build-blaslt; a configured BUILD, such as
 # device_run.sh's build-gpu, is reused as it is), FROM_HEAD (default 1: build a clean export of HEAD
@@ -34,7 +34,6 @@ if [ "${FROM_HEAD:-1}" = 1 ] && { [ -d .export ] || git rev-parse HEAD >/dev/nul
   mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
   OUT="$OUT" BUILD="$BUILD" FROM_HEAD=0 exec bash "$export_dir/bench/run_blaslt_report.sh"
 fi
-SRC=$PWD
 BUILD=${BUILD:-$PWD/build-blaslt}
 mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
 OUT="$OUT/blaslt"
@@ -68,23 +67,6 @@ else
   exit 1
 fi
 
-# The benchmark links against the library just built, through a generated CMake project (so that it
-# finds nlohmann_json and the CUDA toolkit exactly as the library did).
-mkdir -p "$BUILD/bench_blaslt_build"
-cat >"$BUILD/bench_blaslt_build/CMakeLists.txt" <<EOF
-cmake_minimum_required(VERSION 3.24)
-project(bench_blaslt LANGUAGES CXX)
-set(CMAKE_CXX_STANDARD 17)
-find_package(nlohmann_json 3.10 REQUIRED)
-find_package(CUDAToolkit REQUIRED)
-find_package(Threads REQUIRED)
-add_executable(bench_blaslt "$SRC/bench/bench_blaslt.cpp")
-target_include_directories(bench_blaslt PRIVATE "$SRC/include" "$SRC/src")
-target_compile_definitions(bench_blaslt PRIVATE TNN_WITH_GPU=1 TNN_WITH_CUDA=1 TNN_VERSION="bench")
-target_link_libraries(bench_blaslt PRIVATE "$BUILD/libtnn.a" nlohmann_json::nlohmann_json CUDA::cudart
-                      CUDA::cublasLt Threads::Threads)
-EOF
-
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   echo "== BlasLtMLP GPU tests"
   t0=$(date +%s)
@@ -111,14 +93,13 @@ fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   echo "== benchmark build"
-  if ! { cmake -S "$BUILD/bench_blaslt_build" -B "$BUILD/bench_blaslt_build/out" -G Ninja \
-           -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$(dirname "$(dirname "$NVCC")")" >>"$OUT/build.log" 2>&1 &&
-         cmake --build "$BUILD/bench_blaslt_build/out" >>"$OUT/build.log" 2>&1; }; then
+  if ! { cmake -S . -B "$BUILD" -DTNN_BENCH=ON >>"$OUT/build.log" 2>&1 &&
+         cmake --build "$BUILD" -j "$JOBS" --target bench_blaslt >>"$OUT/build.log" 2>&1; }; then
     tail -n 40 "$OUT/build.log"
     summary+=("bench build      FAILED   see build.log")
     status=1
   else
-    BENCH="$BUILD/bench_blaslt_build/out/bench_blaslt"
+    BENCH="$BUILD/bench/bench_blaslt"
     CASES="$BUILD/blaslt_cases"
     rm -rf "$CASES" && mkdir -p "$CASES"
     bench_start=$(date +%s)
@@ -174,7 +155,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     n_error=$(grep -l '"error"' "$CASES"/*.json 2>/dev/null | wc -l)
     n_error=$((n_error - n_skipped))
     echo "== report"
-    if python3 "$SRC/bench/bench_blaslt_report.py" "$CASES" "$OUT" | tee "$BUILD/report_summary.txt"; then
+    if python3 bench/bench_blaslt_report.py "$CASES" "$OUT" | tee "$BUILD/report_summary.txt"; then
       bench_status=ok
       if [ "$n_error" -gt 0 ]; then bench_status=ERRORS; status=1; fi
       summary+=("bench            $bench_status$(printf '%*s' $((9 - ${#bench_status})) '')$n_run cases in $bench_s s ($n_error with errors, $n_skipped skipped for time); blaslt_report.{md,json,png}")

@@ -4,13 +4,13 @@
 # bench/bench_grid_torch.py (PyTorch eager / torch.compile) and bench/bench_grid_report.py (floors,
 # tcnn figures, targets). Everything goes to $OUT (bench_grid_report.md / .json, raw JSON, logs); the
 # last lines printed are the table and a summary. Plans for under 7 minutes on one H200 (also as an
-# extra step of scripts/device_run.sh, which gives it 420 s).
+# extra step of bench/device_run.sh, which gives it 420 s).
 #
 # Environment: OUT (default out/grid_bench), BUILD (default build-grid; reused incrementally), JOBS
 # (default: all cores), CUDA_ARCH (default 90a), BUDGET_S (default 400: total wall time planned),
 # SKIP_TESTS=1, TORCH_FROM (with SKIP_TORCH=1: a bench_grid_torch.json of an earlier run), CPU_TEST_FILTER / GPU_TEST_FILTER (gtest filters of the test step), SKIP_TORCH=1, QUICK=1
 # (main rows only: no variants, no smaller rows), SKIP_BENCH=1 (no timings).
-# NCU_PROFILES=KERNEL:PASS[:morton],... (comma-separated, no spaces or quotes: scripts/device_run.sh
+# NCU_PROFILES=KERNEL:PASS[:morton],... (comma-separated, no spaces or quotes: bench/device_run.sh
 # splits its steps on spaces) profiles, after the benchmark, one launch of the named grid kernel (a
 # regex matched against the name, e.g. grid_forward_kernel, grid_param_grad_corner_kernel,
 # grid_param_grad_shared_kernel) in one call of the main row's pass at 2^20 (bench_grid --profile PASS
@@ -22,7 +22,6 @@
 # e.g. all:train_step for what one training step of tcnn's encoding + MLP benchmark spends where.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-SRC=$PWD
 OUT=${OUT:-$PWD/out/grid_bench}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 BUILD=${BUILD:-build-grid}
@@ -44,7 +43,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format
 
 echo "== build ($BUILD, sm_$CUDA_ARCH, $JOBS jobs)"
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTNN_CUDA=ON -DTNN_CUDA_ARCHITECTURES="$CUDA_ARCH" \
-      -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=OFF >"$OUT/build.log" 2>&1 &&
+      -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=OFF -DTNN_BENCH=ON >"$OUT/build.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" --target tnn $([ "${SKIP_TESTS:-0}" = 1 ] || echo tnn_tests tnn_gpu_tests) \
      >>"$OUT/build.log" 2>&1; then
   summary+=("build            ok       $(elapsed) s, $(grep -c "warning" "$OUT/build.log") warning lines")
@@ -83,26 +82,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 
 echo "== benchmark build"
-mkdir -p "$BUILD/bench_grid_build"
-cat >"$BUILD/bench_grid_build/CMakeLists.txt" <<EOF
-cmake_minimum_required(VERSION 3.24)
-project(bench_grid LANGUAGES CXX CUDA)
-set(CMAKE_CXX_STANDARD 17)
-set(CMAKE_CUDA_STANDARD 17)
-set(CMAKE_CUDA_ARCHITECTURES $CUDA_ARCH)
-find_package(nlohmann_json 3.10 REQUIRED)
-find_package(CUDAToolkit REQUIRED)
-find_package(Threads REQUIRED)
-add_executable(bench_grid "$SRC/bench/bench_grid.cu")
-target_include_directories(bench_grid PRIVATE "$SRC/include" "$SRC/src")
-target_compile_definitions(bench_grid PRIVATE TNN_WITH_GPU=1 TNN_WITH_CUDA=1 TNN_VERSION="bench")
-target_compile_options(bench_grid PRIVATE --expt-relaxed-constexpr)
-target_link_libraries(bench_grid PRIVATE "$BUILD/libtnn.a" nlohmann_json::nlohmann_json CUDA::cudart CUDA::cublasLt
-                      Threads::Threads \${CMAKE_DL_LIBS})
-EOF
-if cmake -S "$BUILD/bench_grid_build" -B "$BUILD/bench_grid_build/out" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_CUDA_COMPILER="$NVCC" >>"$OUT/build.log" 2>&1 && cmake --build "$BUILD/bench_grid_build/out" >>"$OUT/build.log" 2>&1; then
-  bench_bin="$BUILD/bench_grid_build/out/bench_grid"
+if cmake --build "$BUILD" -j "$JOBS" --target bench_grid >>"$OUT/build.log" 2>&1; then
+  bench_bin="$BUILD/bench/bench_grid"
   quick=""
   [ "${QUICK:-0}" = 1 ] && quick="--quick"
   rm -f "$OUT/bench_grid.json"  # a reused OUT must not report an old run

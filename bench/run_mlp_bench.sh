@@ -4,14 +4,14 @@
 # eager / torch.compile) and bench/bench_mlp_report.py (floors, tcnn figures, targets). Everything
 # goes to $OUT (bench_mlp_report.md / .json, raw JSON, logs); the last lines printed are the table
 # and a summary. Designed to finish in under 7 minutes on one H200 (also as an extra step of
-# scripts/device_run.sh, which gives it 420 s).
+# bench/device_run.sh, which gives it 420 s).
 #
 # Environment: OUT (default out/mlp_bench), BUILD (default build-mlp; reused incrementally), FROM_HEAD
 # (default 1: build a clean export of HEAD unless BUILD is already configured),
 # JOBS (default: all cores), CUDA_ARCH (default 90a), GPU_TEST_FILTER (default '*FullyFused*'), BUDGET_S (default 390: total wall time the
 # script plans for), SKIP_TESTS=1, SKIP_TORCH=1, QUICK=1 (no variant sweep), TORCH_FROM=FILE (reuse a
 # bench_mlp_torch.json measured earlier on the same device instead of running PyTorch, e.g.
-# bench/results/2026-11-29-h200/bench_mlp_torch.json, when the device time is short).
+# tests/python/data/bench_mlp_torch_h200.json, when the device time is short).
 # NCU_SHAPES="32->64->16;64->64->64" also profiles the first inference (forward) and backward kernel of
 # each shape at the benchmark batch with Nsight Compute (--set full, clocks left alone) into
 # $OUT/ncu_*.txt (details and per-SASS-line stall samples); SKIP_BENCH=1 then skips the timings.
@@ -25,10 +25,10 @@ OUT=${OUT:-$PWD/out/mlp_bench}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 # Build a clean export of HEAD (FROM_HEAD=0: the working copy as it is), so that colleagues'
 # uncommitted files in a shared checkout cannot break the build; the build directory stays outside.
-# A BUILD that is already configured (scripts/device_run.sh passes its own, from its own export of
+# A BUILD that is already configured (bench/device_run.sh passes its own, from its own export of
 # HEAD) is used with the checkout this script runs from.
 [ -n "${BUILD:-}" ] && [ -f "$BUILD/CMakeCache.txt" ] && FROM_HEAD=0
-# Without .git (the device copy), the export the lead carries in .export (see scripts/device_run.sh).
+# Without .git (the device copy), the export the lead carries in .export (see bench/device_run.sh).
 if [ "${FROM_HEAD:-1}" = 1 ] && { [ -d .export ] || git rev-parse HEAD >/dev/null 2>&1; }; then
   export_dir=/tmp/tnn-mlp-bench-src
   rm -rf "$export_dir" && mkdir -p "$export_dir"
@@ -45,7 +45,6 @@ if [ "${FROM_HEAD:-1}" = 1 ] && { [ -d .export ] || git rev-parse HEAD >/dev/nul
   mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
   OUT="$OUT" BUILD="$BUILD" FROM_HEAD=0 exec bash "$export_dir/bench/run_mlp_bench.sh"
 fi
-SRC=$PWD
 BUILD=${BUILD:-build-mlp}
 mkdir -p "$BUILD" && BUILD=$(cd "$BUILD" && pwd)
 JOBS=${JOBS:-$(nproc)}
@@ -65,7 +64,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format
 
 echo "== build ($BUILD, sm_$CUDA_ARCH, $JOBS jobs)"
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTNN_CUDA=ON -DTNN_CUDA_ARCHITECTURES="$CUDA_ARCH" \
-      -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=OFF ${EXTRA_CMAKE_FLAGS:-} >"$OUT/build.log" 2>&1 &&
+      -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=OFF -DTNN_BENCH=ON ${EXTRA_CMAKE_FLAGS:-} >"$OUT/build.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" --target tnn $([ "${SKIP_TESTS:-0}" = 1 ] || echo tnn_tests tnn_gpu_tests) \
      >>"$OUT/build.log" 2>&1; then
   summary+=("build            ok       $(elapsed) s")
@@ -102,23 +101,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 
 echo "== benchmark build"
-mkdir -p "$BUILD/bench_mlp_build"
-cat >"$BUILD/bench_mlp_build/CMakeLists.txt" <<EOF
-cmake_minimum_required(VERSION 3.24)
-project(bench_mlp LANGUAGES CXX)
-set(CMAKE_CXX_STANDARD 17)
-find_package(nlohmann_json 3.10 REQUIRED)
-find_package(CUDAToolkit REQUIRED)
-find_package(Threads REQUIRED)
-add_executable(bench_mlp "$SRC/bench/bench_mlp.cpp")
-target_include_directories(bench_mlp PRIVATE "$SRC/include" "$SRC/src")
-target_compile_definitions(bench_mlp PRIVATE TNN_WITH_GPU=1 TNN_WITH_CUDA=1 TNN_VERSION="bench")
-target_link_libraries(bench_mlp PRIVATE "$BUILD/libtnn.a" nlohmann_json::nlohmann_json CUDA::cudart CUDA::cublasLt
-                      Threads::Threads)
-EOF
-if cmake -S "$BUILD/bench_mlp_build" -B "$BUILD/bench_mlp_build/out" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      >>"$OUT/build.log" 2>&1 && cmake --build "$BUILD/bench_mlp_build/out" >>"$OUT/build.log" 2>&1; then
-  bench_bin="$BUILD/bench_mlp_build/out/bench_mlp"
+if cmake --build "$BUILD" -j "$JOBS" --target bench_mlp >>"$OUT/build.log" 2>&1; then
+  bench_bin="$BUILD/bench/bench_mlp"
   if [ -n "${NCU_SHAPES:-}" ]; then
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
     IFS=';' read -r -a ncu_shapes <<<"$NCU_SHAPES"

@@ -32,8 +32,8 @@ PY=$(command -v python3)
 
 echo "== build ($BUILD)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTNN_CUDA=ON -DTNN_CUDA_ARCHITECTURES="${CUDA_ARCH:-90a}" \
-  -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=ON -DPython_EXECUTABLE="$PY" >"$OUT/build.log" 2>&1 &&
-  cmake --build "$BUILD" -j "$JOBS" --target tnn tnn_gpu_tests tinycudann_C >>"$OUT/build.log" 2>&1
+  -DCMAKE_CUDA_COMPILER="$NVCC" -DTNN_TESTS=ON -DTNN_PYTHON=ON -DTNN_BENCH=ON -DPython_EXECUTABLE="$PY" >"$OUT/build.log" 2>&1 &&
+  cmake --build "$BUILD" -j "$JOBS" --target tnn tnn_gpu_tests tinycudann_C bench_mlp >>"$OUT/build.log" 2>&1
 if [ $? -ne 0 ]; then
   tail -n 60 "$OUT/build.log"
   echo "RESULT: build FAILED"
@@ -70,10 +70,7 @@ if [ -z "${SKIP_BENCH:-}" ] && have 120 bench; then
     --md "$OUT/bench_python.md" ${BENCH_ARGS:-} >"$OUT/bench_python.log" 2>&1 || status=1
   cat "$OUT/bench_python.md" 2>/dev/null || tail -n 30 "$OUT/bench_python.log"
   echo "== C++ fused step, 32->64->16 (bench_mlp)"
-  "${CXX:-g++}" -O2 -std=c++17 -Iinclude -Isrc -I/usr/local/cuda/include -DTNN_WITH_GPU=1 -DTNN_WITH_CUDA=1 -DTNN_VERSION='"bench"' \
-    bench/bench_mlp.cpp "$BUILD/libtnn.a" -L/usr/local/cuda/lib64 -lcudart -lcublasLt -lpthread -o "$BUILD/bench_mlp" \
-    >>"$OUT/build.log" 2>&1 &&
-    "$BUILD/bench_mlp" --out "$OUT/bench_mlp_fused.json" --only "32->64->16" --pass train_fused --quick 2>&1 | tail -n 4
+  "$BUILD/bench/bench_mlp" --out "$OUT/bench_mlp_fused.json" --only "32->64->16" --pass train_fused --quick 2>&1 | tail -n 4
 fi
 if [ -n "${SANITIZE:-}" ] && have 60 sanitize; then
   echo "== compute-sanitizer over $SANITIZE ($(( $(date +%s) - start )) s so far)"

@@ -1,6 +1,7 @@
 # Builds tinycudann._C with the project's top-level CMake (TNN_PYTHON=ON, TNN_TESTS=OFF, CUDA when
 # nvcc is found) and puts it into the package. Environment knobs: TNN_CUDA=0/1, TNN_HIP=1,
-# TNN_CUDA_ARCHITECTURES, CMAKE_ARGS (extra -D flags), CMAKE_BUILD_PARALLEL_LEVEL (jobs).
+# TNN_CUDA_ARCHITECTURES, CMAKE_ARGS (extra -D flags), CMAKE_BUILD_PARALLEL_LEVEL (jobs); CC / CXX
+# choose the compilers, and CXX (or CUDAHOSTCXX) is nvcc's host compiler too.
 import glob
 import os
 import re
@@ -26,6 +27,22 @@ def find_nvcc():
     for candidate in (os.environ.get("CUDACXX"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
         if candidate and os.path.exists(candidate):
             return candidate
+    return None
+
+
+def cuda_host_compiler():
+    """The C++ compiler nvcc must use for host code: CUDAHOSTCXX, else the CXX the build was given.
+    Without it nvcc picks its own default (the g++ on PATH), and an extension whose CUDA objects were
+    compiled against another libstdc++ than its C++ objects can link that second libstdc++ and crash
+    at import next to torch. None when neither is set: both then take the default compiler on PATH.
+    A launcher in front of the compiler ("ccache g++") is dropped: nvcc takes the compiler itself."""
+    for var in ("CUDAHOSTCXX", "CXX"):
+        words = shlex.split(os.environ.get(var, ""))
+        if words:
+            path = shutil.which(words[-1])
+            if path is None:
+                raise RuntimeError(f"tinycudann: {var}={os.environ[var]} does not name an executable C++ compiler")
+            return path
     return None
 
 
@@ -55,6 +72,9 @@ class CMakeBuild(build_ext):
             if nvcc is None:
                 raise RuntimeError("tinycudann: TNN_CUDA=1 but nvcc was not found (set CUDACXX)")
             args += ["-DTNN_CUDA=ON", f"-DCMAKE_CUDA_COMPILER={nvcc}"]
+            host = cuda_host_compiler()
+            if host:
+                args.append(f"-DCMAKE_CUDA_HOST_COMPILER={host}")
         if os.environ.get("TNN_CUDA_ARCHITECTURES"):
             args.append(f"-DTNN_CUDA_ARCHITECTURES={os.environ['TNN_CUDA_ARCHITECTURES']}")
         args += shlex.split(os.environ.get("CMAKE_ARGS", ""))

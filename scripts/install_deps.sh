@@ -14,7 +14,7 @@ for g in "${groups[@]}"; do
     # and the Python package need neither.
     build)  pkgs+=(build-essential cmake ninja-build nlohmann-json3-dev libcli11-dev libpng-dev libturbojpeg0-dev) ;;
     test)   pkgs+=(libgtest-dev libgmock-dev) ;;
-    bench)  pkgs+=(libbenchmark-dev) ;;
+    bench)  pkgs+=(libbenchmark-dev python3-matplotlib) ;;  # matplotlib: bench/plot_results.py only
     python) pkgs+=(python3-dev python3-pytest python3-numpy python3-torch pybind11-dev python3-pip python3-setuptools) ;;
     # clang-19 compiles HIP for gfx1201 (Debian's hipcc 5.2 does not know it); clang-tools-19 has the
     # offload bundler clang needs; llvm-19 has llvm-dis/as (device libraries) and the ISA audit's tools.

@@ -15,9 +15,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
-RESULTS = BENCH / "results" / "2026-12-01-h200"
-RUN88 = RESULTS / "bench_grid_run88_7538e66.json"          # the full grid benchmark, PyTorch in the same run
-RUN88_TORCH = RESULTS / "bench_grid_torch_run88_7538e66.json"
+DATA = Path(__file__).resolve().parent / "data"  # raw outputs of the device runs of 2026-11-29 to 2026-12-01 (H200)
+RUN88 = DATA / "bench_grid_h200.json"          # the full grid benchmark, PyTorch in the same run
+RUN88_TORCH = DATA / "bench_grid_torch_h200.json"
 MAIN = "hash3d_f2_L16_T19_fp16"
 
 
@@ -74,8 +74,8 @@ def test_reused_pytorch_file_keeps_its_origin_and_a_missing_one_fails(tmp_path):
 
 
 def test_mlp_report_says_when_its_pytorch_figures_are_reused(tmp_path):
-    shutil.copy(BENCH / "results" / "2026-11-30-h200" / "bench_mlp.json", tmp_path / "bench_mlp.json")
-    torch_json = BENCH / "results" / "2026-11-29-h200" / "bench_mlp_torch.json"
+    shutil.copy(DATA / "bench_mlp_h200.json", tmp_path / "bench_mlp.json")
+    torch_json = DATA / "bench_mlp_torch_h200.json"
     assert run("reuse_torch_json.py", torch_json, tmp_path / "bench_mlp_torch.json").returncode == 0
     assert run("bench_mlp_report.py", tmp_path).returncode == 0
     title = (tmp_path / "bench_mlp_report.md").read_text().splitlines()[0]
