@@ -3,7 +3,7 @@
 # compiling): the CUDA build's tnn_gpu_tests and libtnn.a, carried in PREBUILT. Runs the GPU tests in
 # parallel shards, links the Python extension against libtnn.a for this machine's Python, runs the
 # package's tests on CUDA tensors, then optional extra steps. Build the binaries with a CUDA build of the
-# same commit (Release, the device's architecture): `cmake -S . -B build-cuda -G Ninja -DTNN_CUDA=ON
+# same commit (Release, the device's architecture; xz-compressed files are unpacked first): `cmake -S . -B build-cuda -G Ninja -DTNN_CUDA=ON
 # -DTNN_TESTS=ON && ninja -C build-cuda tnn tnn_gpu_tests`, then copy build-cuda/libtnn.a and
 # build-cuda/tests/tnn_gpu_tests (stripped) into PREBUILT.
 #
@@ -21,6 +21,12 @@ start=$(date +%s)
 left() { echo $(( DEADLINE_S - ($(date +%s) - start) )); }
 status=0
 nvidia-smi --query-gpu=name --format=csv,noheader
+# The binaries may travel xz-compressed (the device tool carries at most 64 MiB): unpack with Python's lzma.
+for f in "$PREBUILT"/*.xz; do
+  [ -e "$f" ] || continue
+  python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'), 1 << 24)" \
+    "$f" "${f%.xz}" && rm -f "$f"
+done
 
 echo "== GPU tests, $SHARDS shards (beside the Python steps)"
 tests="$PREBUILT/tnn_gpu_tests"
