@@ -15,7 +15,8 @@ How each figure is taken:
   eager, and torch.compile where --no-compile is not given.
 - latency rows: one call end to end (host included), CUDA events around each call, median.
 - image fit: wall time per step (host included) of a loop that draws 2^18 random pixels and their
-  bilinear targets on the GPU and trains.
+  bilinear targets on the GPU and trains; also the script's step under
+  torch.compile(mode="reduce-overhead") (torch 2.4+, through the custom operators of tinycudann/ops.py).
 """
 import argparse
 import json
@@ -430,7 +431,7 @@ def latency_rows(results, ceil):
     guarded(results, "latency_64_64_64", "torch_eager", plain_eager)
 
 
-def image_fit_rows(results, ceil, steps):
+def image_fit_rows(results, ceil, steps, do_compile=True):
     """tcnn's image sample's workload: 2-D grid (2^15 per level) + FullyFusedMLP 64x2 -> RGB,
     RelativeL2, Adam, 2^18 random pixels with bilinear targets drawn on the GPU each step."""
     torch.manual_seed(0)
@@ -496,9 +497,35 @@ def image_fit_rows(results, ceil, steps):
         gpu, _ = gpu_ms(sample)
         record(results, "image_fit", "sampling_gpu_busy", gpu)
 
+    def compiled():
+        # The same step under torch.compile(mode="reduce-overhead"): Dynamo traces through the custom
+        # operators (tinycudann/ops.py), Inductor fuses the loss and Adam, CUDA graphs replay it.
+        model = tcnn.NetworkWithInputEncoding(2, 3, IMAGE_GRID, net)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2, capturable=True)
+
+        @torch.compile(mode="reduce-overhead", fullgraph=True)
+        def fwd_bwd(xy, t):
+            loss = rel_l2(model(xy), t)
+            loss.backward()
+            return loss
+
+        @torch.compile(mode="reduce-overhead", fullgraph=False)
+        def opt_step():
+            opt.step()
+
+        def step():
+            xy, t = sample()
+            fwd_bwd(xy, t)
+            opt_step()
+            opt.zero_grad(set_to_none=False)
+        ms, _ = wall_ms(step, steps)
+        record(results, "image_fit", "compile_reduce_overhead", ms)
+
     guarded(results, "image_fit", "script", eager)
     guarded(results, "image_fit", "graph", captured)
     guarded(results, "image_fit", "trainer", trainer)
+    if do_compile and tcnn.ops.SUPPORTED:
+        guarded(results, "image_fit", "compile_reduce_overhead", compiled)
 
 
 # ---- report ----------------------------------------------------------------------------------------
@@ -548,6 +575,11 @@ def report(doc):
         if r.get("profile"):
             lines += ["", f"Kernels of {r['row']} ({r['impl']}), us per step:", ""]
             lines += [f"- {k['us_per_step']:8.1f} us  x{k['calls_per_step']:.0f}  {k['kernel']}" for k in r["profile"][:15]]
+    compiled = by.get("image_fit", {}).get("compile_reduce_overhead")
+    if compiled:
+        graph = by["image_fit"].get("graph")
+        vs = f" ({graph['ms'] / compiled['ms']:.2f}x the hand-captured torch.cuda.graph step)" if graph else ""
+        lines += ["", f"image_fit under torch.compile(mode=\"reduce-overhead\"): {compiled['ms']:.3f} ms wall per step{vs}."]
     errors = [r for r in res if "error" in r]
     if errors:
         lines += ["", "Errors:"] + [f"- {r['row']} {r['impl']}: {r['error']}" for r in errors]
@@ -572,7 +604,7 @@ def main():
     if "latency" in only:
         latency_rows(results, ceil)
     if "image" in only:
-        image_fit_rows(results, ceil, 100 if a.quick else 300)
+        image_fit_rows(results, ceil, 100 if a.quick else 300, not a.no_compile)
     if "mlp" in only:
         for shape in [(32, 64, 16), (32, 128, 16), (64, 64, 64)]:
             mlp_train_rows(results, ceil, shape, 1 << 21, not a.no_compile)

@@ -602,7 +602,8 @@ class Module(torch.nn.Module):
 
     `params` is one 1-D torch.nn.Parameter in float32 (float64 for float64 modules): master weights
     that each call casts to the module's parameter dtype. Subclasses set their configuration
-    attributes and implement _native_tcnn_module(); pickling rebuilds the C++ module from them.
+    attributes and implement _recipe() (the C++ factory call); pickling, and the custom operators
+    that torch.compile traces (ops.py), rebuild the C++ module from it.
     """
 
     def __init__(self, seed=DEFAULT_SEED, device=None):
@@ -629,7 +630,31 @@ class Module(torch.nn.Module):
         self.n_output_dims = self._native.n_output_dims
 
     def _native_tcnn_module(self):
+        return _ops._create(self._recipe())
+
+    def _recipe(self):
+        """The C++ factory call that builds this module: {"factory": name, "args": {...}} (ops.py)."""
         raise NotImplementedError
+
+    def _op_spec(self):
+        """This module's spec for the custom operators (ops.py): its recipe as JSON."""
+        spec = self.__dict__.get("_spec")
+        if spec is None:
+            try:
+                spec = _ops.spec_of(self._recipe())
+            except NotImplementedError as e:
+                raise TcnnError(
+                    f"tinycudann: {type(self).__name__} does not implement _recipe(), which torch.compile / "
+                    "torch.export / torch.func need to rebuild its C++ module"
+                ) from e
+            except (TypeError, ValueError) as e:
+                raise TcnnValueError(
+                    f"tinycudann: {self._native.describe}: torch.compile / torch.export / torch.func need the module's "
+                    f"configuration as JSON, and it is not ({e})"
+                ) from e
+            _ops.register(spec, self._native)
+            self.__dict__["_spec"] = spec
+        return spec
 
     def forward(self, x):
         native = self._native
@@ -649,6 +674,10 @@ class Module(torch.nn.Module):
             x = x.to(native.input_dtype)
         if not x.is_contiguous():
             x = x.contiguous()
+        if _ops.wanted():
+            # torch.compile / torch.export / torch.func: the custom operators (ops.py), which they trace
+            # through. The finite-input check synchronises, so it is not made there.
+            return self._finish_output(_ops.forward(self._op_spec(), x, params, self.loss_scale))
         if _input_checks:
             _check_finite_rows(native.describe, x)
         with _device_guard(x):
@@ -681,6 +710,7 @@ class Module(torch.nn.Module):
         # The C++ module is not picklable; it is rebuilt from the configs in __setstate__.
         del state["native_tcnn_module"]
         del state["_native"]
+        state.pop("_spec", None)
         return state
 
     def __setstate__(self, state):
@@ -736,9 +766,11 @@ class NetworkWithInputEncoding(Module):
         self.requested_output_dtype = output_dtype
         super().__init__(seed=seed, device=device)
 
-    def _native_tcnn_module(self):
+    def _recipe(self):
         config = _network_config(self.network_config, self.requested_dtype, self.requested_output_dtype)
-        return _C.create_network_with_input_encoding(self.n_input_dims, self.n_output_dims, self.encoding_config, config)
+        return {"factory": "network_with_input_encoding",
+                "args": {"n_input_dims": self.n_input_dims, "n_output_dims": self.n_output_dims,
+                         "encoding": self.encoding_config, "network": config}}
 
     def _complete_state(self, state):
         _complete_network_state(state)
@@ -757,9 +789,10 @@ class Network(Module):
         self.requested_output_dtype = output_dtype
         super().__init__(seed=seed, device=device)
 
-    def _native_tcnn_module(self):
+    def _recipe(self):
         config = _network_config(self.network_config, self.requested_dtype, self.requested_output_dtype)
-        return _C.create_network(self.n_input_dims, self.n_output_dims, config)
+        return {"factory": "network",
+                "args": {"n_input_dims": self.n_input_dims, "n_output_dims": self.n_output_dims, "network": config}}
 
     def _complete_state(self, state):
         _complete_network_state(state)
@@ -786,8 +819,10 @@ class Encoding(Module):
         self.requested_output_dtype = output_dtype
         super().__init__(seed=seed, device=device)
 
-    def _native_tcnn_module(self):
-        return _C.create_encoding(self.n_input_dims, self.encoding_config, _as_precision(self.precision))
+    def _recipe(self):
+        dtype = _NAME_BY_DTYPE[_torch_precision(_as_precision(self.precision))]
+        return {"factory": "encoding",
+                "args": {"n_input_dims": self.n_input_dims, "encoding": self.encoding_config, "dtype": dtype}}
 
     def _complete_state(self, state):
         state["precision"] = _as_precision(state["precision"])
@@ -826,3 +861,5 @@ class _TcnnBindingsFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 if not any(type(f).__name__ == "_TcnnBindingsFinder" for f in sys.meta_path):
     sys.meta_path.append(_TcnnBindingsFinder())
+
+from . import ops as _ops  # noqa: E402  (ops.py uses this module's helpers)
