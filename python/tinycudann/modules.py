@@ -628,6 +628,12 @@ class Module(torch.nn.Module):
         self.native_tcnn_module = NativeModule(module, self._native)
         self.dtype = self._native.param_dtype
         self.n_output_dims = self._native.n_output_dims
+        self._spec = None
+        if _ops.SUPPORTED:
+            try:
+                self._op_spec()
+            except TcnnError:
+                pass  # raised again where an operator is needed
 
     def _native_tcnn_module(self):
         return _ops._create(self._recipe())
@@ -637,8 +643,9 @@ class Module(torch.nn.Module):
         raise NotImplementedError
 
     def _op_spec(self):
-        """This module's spec for the custom operators (ops.py): its recipe as JSON."""
-        spec = self.__dict__.get("_spec")
+        """This module's spec for the custom operators (ops.py): its recipe as JSON. Made once, outside
+        any tracing (Dynamo reads it as a constant)."""
+        spec = self._spec
         if spec is None:
             try:
                 spec = _ops.spec_of(self._recipe())
@@ -653,8 +660,12 @@ class Module(torch.nn.Module):
                     f"configuration as JSON, and it is not ({e})"
                 ) from e
             _ops.register(spec, self._native)
-            self.__dict__["_spec"] = spec
+            self._spec = spec
         return spec
+
+    def _spec_for_tracing(self):
+        spec = self._spec
+        return spec if spec is not None else self._op_spec()
 
     def forward(self, x):
         native = self._native
@@ -677,7 +688,7 @@ class Module(torch.nn.Module):
         if _ops.wanted():
             # torch.compile / torch.export / torch.func: the custom operators (ops.py), which they trace
             # through. The finite-input check synchronises, so it is not made there.
-            return self._finish_output(_ops.forward(self._op_spec(), x, params, self.loss_scale))
+            return self._finish_output(torch.ops.tinycudann.forward(self._spec_for_tracing(), x, params, self.loss_scale))
         if _input_checks:
             _check_finite_rows(native.describe, x)
         with _device_guard(x):
@@ -710,7 +721,7 @@ class Module(torch.nn.Module):
         # The C++ module is not picklable; it is rebuilt from the configs in __setstate__.
         del state["native_tcnn_module"]
         del state["_native"]
-        state.pop("_spec", None)
+        state["_spec"] = None
         return state
 
     def __setstate__(self, state):

@@ -178,8 +178,8 @@ if SUPPORTED:
         need_input, need_params = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
         if dL_doutput is None or not (need_input or need_params):
             return None, None, None, None
-        dL_dinput, dL_dparams = backward(ctx.spec, x, params, dL_doutput.contiguous(), ctx.loss_scale, need_input,
-                                         need_params)
+        dL_dinput, dL_dparams = torch.ops.tinycudann.backward(ctx.spec, x, params, dL_doutput.contiguous(),
+                                                              ctx.loss_scale, need_input, need_params)
         return None, dL_dinput if need_input else None, dL_dparams if need_params else None, None
 
     torch.library.register_autograd("tinycudann::forward", _forward_backward, setup_context=_forward_setup)
@@ -201,8 +201,9 @@ if SUPPORTED:
         nothing = (None,) * 7
         if dL_ddLdinput is None or dL_ddLdinput.numel() == 0 or not (need_doutput or need_input or need_params):
             return nothing
-        dy, dx, dp = backward_backward(ctx.spec, x, params, dL_doutput, dL_ddLdinput.contiguous(), ctx.loss_scale,
-                                       need_doutput, need_input, need_params)
+        dy, dx, dp = torch.ops.tinycudann.backward_backward(ctx.spec, x, params, dL_doutput,
+                                                            dL_ddLdinput.contiguous(), ctx.loss_scale, need_doutput,
+                                                            need_input, need_params)
         return (None, dx if need_input else None, dp if need_params else None, dy if need_doutput else None,
                 None, None, None)
 
