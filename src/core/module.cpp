@@ -189,8 +189,9 @@ namespace {
 
 }  // namespace
 
+// Inference defaults to the forward pass (whichever way the module provides it), its context dropped.
 void Module::inference_cpu(const Stream& stream, ConstView input, View output, const void* params) const {
-    forward_cpu(stream, input, output, params, false);
+    forward_impl(stream, input, output, params, false);
 }
 
 std::unique_ptr<Context> Module::forward_cpu(const Stream&, ConstView, View, const void*, bool) const {
@@ -208,7 +209,7 @@ void Module::backward_backward_input_cpu(const Stream&, const Context&, ConstVie
 }
 
 void Module::inference_gpu(const Stream& stream, ConstView input, View output, const void* params) const {
-    forward_gpu(stream, input, output, params, false);
+    forward_impl(stream, input, output, params, false);
 }
 
 std::unique_ptr<Context> Module::forward_gpu(const Stream&, ConstView, View, const void*, bool) const {
