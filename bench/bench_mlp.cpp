@@ -20,6 +20,7 @@
 #include "gpu/gpu.h"
 #include "losses/loss_gpu.h"
 #include "networks/fully_fused_mlp.h"
+#include "networks/fused_loss.h"
 
 #include <algorithm>
 #include <cmath>
@@ -215,11 +216,11 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
             }
             // The Trainer's step for these networks: forward, loss and backward in the backward kernel.
             LossKind kind;
-            if (have_loss && loss_kind_of(*loss, &kind) && ffm::can_fuse_loss(*net, dev, kind)) {
+            if (have_loss && loss_kind_of(*loss, &kind) && can_fuse_loss(*net, dev, kind)) {
                 reset_weights();
                 if (batch >= (int64_t(1) << 16) && want("train_fused")) {
                     record("train_fused", time_eager(s, o, [&] {
-                               ffm::fused_loss_backward(*net, s, x.view(), target.view(), kind, 128.0f, values.view(),
+                               fused_loss_backward(*net, s, x.view(), target.view(), kind, 128.0f, values.view(),
                                                         nullptr, grads.data(), params.data());
                                if (have_adam)
                                    adam->step(s, 128.0f, params_fp32.ptr<float>(), params.data(), DType::f16,
@@ -231,14 +232,14 @@ void bench_shape(const Shape& sh, int64_t batch, const std::string& label, const
                 }
                 if (want("fused_loss_bwd"))
                     record("fused_loss_bwd", time_calls(s, o, [&] {
-                               ffm::fused_loss_backward(*net, s, x.view(), target.view(), kind, 128.0f, values.view(),
+                               fused_loss_backward(*net, s, x.view(), target.view(), kind, 128.0f, values.view(),
                                                         nullptr, grads.data(), params.data());
                            }),
                            "fused forward+L2+backward kernel (compare fwd_bwd)");
                 if (want("fused_loss_bwd_dx"))
                     record("fused_loss_bwd_dx", time_calls(s, o, [&] {
                                View gx = dx16.view();
-                               ffm::fused_loss_backward(*net, s, x16.view(), target.view(), kind, 128.0f, values.view(),
+                               fused_loss_backward(*net, s, x16.view(), target.view(), kind, 128.0f, values.view(),
                                                         &gx, grads.data(), params.data());
                            }),
                            "fused_loss_bwd with a 16-bit input and dL/dinput (an encoding's output and gradient)");

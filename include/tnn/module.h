@@ -84,17 +84,42 @@ protected:
     }
     void set_output_dtype(DType t) { m_output_dtype = t; }
 
-    // Called with validated arguments and rows > 0. The default inference runs forward_impl.
+    // Called with validated arguments and rows > 0. By default each pass runs the half for the input's
+    // device below; modules made of other modules (which dispatch through them) override these instead.
     virtual void inference_impl(const Stream& stream, ConstView input, View output, const void* params) const;
     virtual std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView input, View output,
-                                                  const void* params, bool prepare_input_gradients) const = 0;
+                                                  const void* params, bool prepare_input_gradients) const;
     virtual void backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView output,
                                ConstView dL_doutput, View* dL_dinput, void* dL_dparams, const void* params,
-                               GradMode mode) const = 0;
+                               GradMode mode) const;
     virtual void backward_backward_input_impl(const Stream& stream, const Context& ctx, ConstView input,
                                               ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput,
                                               View* dL_dinput, void* dL_dparams, const void* params,
                                               GradMode mode) const;
+
+    // The passes per device. The CPU halves are the reference every module has; the GPU halves are
+    // overridden in builds with a GPU backend (the public methods refuse GPU views in the others). A
+    // half that a module lacks throws UnsupportedError naming it. Inference defaults to the forward.
+    virtual void inference_cpu(const Stream& stream, ConstView input, View output, const void* params) const;
+    virtual std::unique_ptr<Context> forward_cpu(const Stream& stream, ConstView input, View output,
+                                                 const void* params, bool prepare_input_gradients) const;
+    virtual void backward_cpu(const Stream& stream, const Context& ctx, ConstView input, ConstView output,
+                              ConstView dL_doutput, View* dL_dinput, void* dL_dparams, const void* params,
+                              GradMode mode) const;
+    virtual void backward_backward_input_cpu(const Stream& stream, const Context& ctx, ConstView input,
+                                             ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput,
+                                             View* dL_dinput, void* dL_dparams, const void* params,
+                                             GradMode mode) const;
+    virtual void inference_gpu(const Stream& stream, ConstView input, View output, const void* params) const;
+    virtual std::unique_ptr<Context> forward_gpu(const Stream& stream, ConstView input, View output,
+                                                 const void* params, bool prepare_input_gradients) const;
+    virtual void backward_gpu(const Stream& stream, const Context& ctx, ConstView input, ConstView output,
+                              ConstView dL_doutput, View* dL_dinput, void* dL_dparams, const void* params,
+                              GradMode mode) const;
+    virtual void backward_backward_input_gpu(const Stream& stream, const Context& ctx, ConstView input,
+                                             ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput,
+                                             View* dL_dinput, void* dL_dparams, const void* params,
+                                             GradMode mode) const;
 
     // The checks every public pass makes of its stream, input, output (optional) and params.
     void check_io(const char* method, const Stream& stream, ConstView input, const ConstView* output,

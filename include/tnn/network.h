@@ -9,6 +9,8 @@
 
 namespace tnn {
 
+class FusedLossStep;  // src/networks/fused_loss.h
+
 enum class Activation : uint8_t { None, ReLU, LeakyReLU, Exponential, Sine, Sigmoid, Squareplus, Softplus, Tanh, SiLU };
 Activation parse_activation(const std::string& name);  // case-insensitive; throws naming the choices
 const char* activation_name(Activation a);
@@ -42,6 +44,8 @@ public:
     json hyperparams() const override;
     using Module::init_params;
     void init_params(Pcg32& rng, float* params_fp32) const override;  // Xavier-uniform per matrix, zero bias
+    // The fused training step (forward, loss and backward in one pass) where this backend has one.
+    virtual const FusedLossStep* fused_loss_step() const { return nullptr; }
 
 protected:
     Network(const MlpLayout& layout, DType dtype, DType output_dtype);

@@ -145,13 +145,85 @@ void Module::backward_backward_input(const Stream& stream, const Context& ctx, C
                                  params, mode);
 }
 
+// ---- The per-device dispatch: the one place that picks a module's CPU or GPU half.
+
 void Module::inference_impl(const Stream& stream, ConstView input, View output, const void* params) const {
+    if (input.device.is_gpu())
+        inference_gpu(stream, input, output, params);
+    else
+        inference_cpu(stream, input, output, params);
+}
+
+std::unique_ptr<Context> Module::forward_impl(const Stream& stream, ConstView input, View output, const void* params,
+                                              bool prepare_input_gradients) const {
+    return input.device.is_gpu() ? forward_gpu(stream, input, output, params, prepare_input_gradients)
+                                 : forward_cpu(stream, input, output, params, prepare_input_gradients);
+}
+
+void Module::backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView output,
+                           ConstView dL_doutput, View* dL_dinput, void* dL_dparams, const void* params,
+                           GradMode mode) const {
+    if (input.device.is_gpu())
+        backward_gpu(stream, ctx, input, output, dL_doutput, dL_dinput, dL_dparams, params, mode);
+    else
+        backward_cpu(stream, ctx, input, output, dL_doutput, dL_dinput, dL_dparams, params, mode);
+}
+
+void Module::backward_backward_input_impl(const Stream& stream, const Context& ctx, ConstView input,
+                                          ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput,
+                                          View* dL_dinput, void* dL_dparams, const void* params,
+                                          GradMode mode) const {
+    if (input.device.is_gpu())
+        backward_backward_input_gpu(stream, ctx, input, dL_ddLdinput, dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams,
+                                    params, mode);
+    else
+        backward_backward_input_cpu(stream, ctx, input, dL_ddLdinput, dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams,
+                                    params, mode);
+}
+
+namespace {
+
+[[noreturn]] void throw_missing_pass(const Module& m, const char* pass, const char* device) {
+    throw UnsupportedError(msg(m.describe(), ": ", pass, " is not implemented on the ", device));
+}
+
+}  // namespace
+
+// Inference defaults to the forward pass (whichever way the module provides it), its context dropped.
+void Module::inference_cpu(const Stream& stream, ConstView input, View output, const void* params) const {
     forward_impl(stream, input, output, params, false);
 }
 
-void Module::backward_backward_input_impl(const Stream&, const Context&, ConstView, ConstView, ConstView, View*, View*,
-                                          void*, const void*, GradMode) const {
-    throw UnsupportedError(msg(describe(), ": backward_backward_input is not implemented"));
+std::unique_ptr<Context> Module::forward_cpu(const Stream&, ConstView, View, const void*, bool) const {
+    throw_missing_pass(*this, "forward", "CPU");
+}
+
+void Module::backward_cpu(const Stream&, const Context&, ConstView, ConstView, ConstView, View*, void*, const void*,
+                          GradMode) const {
+    throw_missing_pass(*this, "backward", "CPU");
+}
+
+void Module::backward_backward_input_cpu(const Stream&, const Context&, ConstView, ConstView, ConstView, View*, View*,
+                                         void*, const void*, GradMode) const {
+    throw_missing_pass(*this, "backward_backward_input", "CPU");
+}
+
+void Module::inference_gpu(const Stream& stream, ConstView input, View output, const void* params) const {
+    forward_impl(stream, input, output, params, false);
+}
+
+std::unique_ptr<Context> Module::forward_gpu(const Stream&, ConstView, View, const void*, bool) const {
+    throw_missing_pass(*this, "forward", "GPU");
+}
+
+void Module::backward_gpu(const Stream&, const Context&, ConstView, ConstView, ConstView, View*, void*, const void*,
+                          GradMode) const {
+    throw_missing_pass(*this, "backward", "GPU");
+}
+
+void Module::backward_backward_input_gpu(const Stream&, const Context&, ConstView, ConstView, ConstView, View*, View*,
+                                         void*, const void*, GradMode) const {
+    throw_missing_pass(*this, "backward_backward_input", "GPU");
 }
 
 }  // namespace tnn

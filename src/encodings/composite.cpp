@@ -194,14 +194,12 @@ private:
                     n.encoding->forward(stream, nested_input(in, n), y, nested_params(params, n), prepare));
         }
         if (m_reduction == Reduction::Concatenation) return ctx;
-        if (in.device.is_gpu()) {
 #ifdef TNN_WITH_GPU
+        if (in.device.is_gpu()) {
             composite_gpu::reduce(stream, m_reduction == Reduction::Product, output_lanes(*ctx), out);
             return ctx;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
         }
+#endif  // TNN_WITH_GPU
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;
@@ -234,14 +232,12 @@ private:
         if (m_reduction == Reduction::Concatenation) return dL_dout.cols_slice(n.output_begin, n.width());
         if (m_reduction == Reduction::Sum) return dL_dout.cols_slice(0, n.width());
         storage = Tensor::temporary(stream, dL_dout.rows, n.width(), param_dtype());
-        if (dL_dout.device.is_gpu()) {
 #ifdef TNN_WITH_GPU
+        if (dL_dout.device.is_gpu()) {
             composite_gpu::product_gradient(stream, output_lanes(ctx), i, dL_dout, storage.view());
             return storage.view();
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
         }
+#endif  // TNN_WITH_GPU
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;
@@ -317,14 +313,12 @@ private:
             dx.add_to_input_grad(stream);
         }
         if (m_reduction == Reduction::Concatenation) return;
-        if (in.device.is_gpu()) {
 #ifdef TNN_WITH_GPU
+        if (in.device.is_gpu()) {
             reduction_second_order_gpu(stream, ctx, in, dL_dout, w, dL_ddLdout, dL_din, dL_dparams, params);
             return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
         }
+#endif  // TNN_WITH_GPU
 
         with_type([&](auto t) {
             using T = decltype(t);

@@ -142,29 +142,31 @@ private:
 
     // ---- forward: y_{l,f} = sum_c W_c V_c[f] (Nearest: the value at the lower vertex) -------------
 
-    std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView in, View out, const void* params,
-                                          bool) const override {
+    static std::unique_ptr<GridContext> make_context(float max_level) {
         auto ctx = std::make_unique<GridContext>();
-        ctx->max_level = m_max_level.load();
-        run_forward(stream, in, out, params, ctx->max_level);
+        ctx->max_level = max_level;
         return ctx;
     }
 
-    void inference_impl(const Stream& stream, ConstView in, View out, const void* params) const override {
-        run_forward(stream, in, out, params, m_max_level.load());
+    std::unique_ptr<Context> forward_cpu(const Stream&, ConstView in, View out, const void* params,
+                                         bool) const override {
+        auto ctx = make_context(m_max_level.load());
+        inference_rows(in, out, params, ctx->max_level);
+        return ctx;
     }
 
-    void run_forward(const Stream& stream, ConstView in, View out, const void* params, float max_level) const {
-        if (in.device.is_gpu()) {
-            forward_gpu(stream, in, out, params, max_level);
-            return;
-        }
+    void inference_cpu(const Stream&, ConstView in, View out, const void* params) const override {
+        inference_rows(in, out, params, m_max_level.load());
+    }
+
+    void inference_rows(ConstView in, View out, const void* params, float max_level) const {
         with_type([&](auto t) {
-            forward_cpu<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), max_level);
+            forward_rows<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), max_level);
         });
     }
 
-    // ---- GPU dispatch (grid.cu): the same level table, the switched-off levels as a count ----------
+#ifdef TNN_WITH_GPU
+    // ---- GPU passes (grid.cu): the same level table, the switched-off levels as a count -------------
 
     // Levels [0, n) are on: level_active is monotone in the level.
     uint32_t n_active_levels(float max_level) const {
@@ -173,15 +175,32 @@ private:
         return n;
     }
 
-    void forward_gpu(const Stream& stream, ConstView in, View out, const void* params, float max_level) const {
-#ifdef TNN_WITH_GPU
-        grid_gpu::forward(m_gpu, stream, in, out, params, n_active_levels(max_level));
-#else
-        throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
+    std::unique_ptr<Context> forward_gpu(const Stream& stream, ConstView in, View out, const void* params,
+                                         bool) const override {
+        auto ctx = make_context(m_max_level.load());
+        grid_gpu::forward(m_gpu, stream, in, out, params, n_active_levels(ctx->max_level));
+        return ctx;
     }
 
-    template <typename T> void forward_cpu(ConstView in, View out, const T* params, float max_level) const {
+    void inference_gpu(const Stream& stream, ConstView in, View out, const void* params) const override {
+        grid_gpu::forward(m_gpu, stream, in, out, params, n_active_levels(m_max_level.load()));
+    }
+
+    void backward_gpu(const Stream& stream, const Context& ctx, ConstView in, ConstView, ConstView dL_dout,
+                      View* dL_din, void* dL_dparams, const void* params, GradMode mode) const override {
+        grid_gpu::backward(m_gpu, stream, in, dL_dout, dL_din, dL_dparams, params, mode,
+                           n_active_levels(context_max_level(ctx)));
+    }
+
+    void backward_backward_input_gpu(const Stream& stream, const Context& ctx, ConstView in, ConstView dL_ddLdin,
+                                     ConstView dL_dout, View* dL_ddLdout, View* dL_din, void* dL_dparams,
+                                     const void* params, GradMode mode) const override {
+        grid_gpu::backward_backward_input(m_gpu, stream, in, dL_ddLdin, dL_dout, dL_ddLdout, dL_din, dL_dparams,
+                                          params, mode, n_active_levels(context_max_level(ctx)));
+    }
+#endif  // TNN_WITH_GPU
+
+    template <typename T> void forward_rows(ConstView in, View out, const T* params, float max_level) const {
         using A = acc_t<T>;
         parallel_for(in.rows, kGrain, [&](int64_t r0, int64_t r1) {
             AxisWeight<A> axis[kMaxDims];
@@ -223,18 +242,9 @@ private:
         return c->max_level;
     }
 
-    void backward_impl(const Stream& stream, const Context& ctx, ConstView in, ConstView, ConstView dL_dout,
-                       View* dL_din, void* dL_dparams, const void* params, GradMode mode) const override {
+    void backward_cpu(const Stream&, const Context& ctx, ConstView in, ConstView, ConstView dL_dout, View* dL_din,
+                      void* dL_dparams, const void* params, GradMode mode) const override {
         const float max_level = context_max_level(ctx);
-        if (in.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            grid_gpu::backward(m_gpu, stream, in, dL_dout, dL_din, dL_dparams, params, mode,
-                               n_active_levels(max_level));
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
         with_type([&](auto t) {
             using T = decltype(t);
             if (dL_dparams) param_gradients<T>(in, dL_dout, nullptr, static_cast<T*>(dL_dparams), mode, max_level);
@@ -330,19 +340,10 @@ private:
     // Nearest has zero derivatives in x, so all three vanish. The rows' sums take V_c - V_0 for V_c, as
     // dL/dx does: E_c and the Hessian terms sum to 0 over the corners as well.
 
-    void backward_backward_input_impl(const Stream& stream, const Context& ctx, ConstView in, ConstView dL_ddLdin,
-                                      ConstView dL_dout, View* dL_ddLdout, View* dL_din, void* dL_dparams,
-                                      const void* params, GradMode mode) const override {
+    void backward_backward_input_cpu(const Stream&, const Context& ctx, ConstView in, ConstView dL_ddLdin,
+                                     ConstView dL_dout, View* dL_ddLdout, View* dL_din, void* dL_dparams,
+                                     const void* params, GradMode mode) const override {
         const float max_level = context_max_level(ctx);
-        if (in.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            grid_gpu::backward_backward_input(m_gpu, stream, in, dL_ddLdin, dL_dout, dL_ddLdout, dL_din, dL_dparams,
-                                              params, mode, n_active_levels(max_level));
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
         with_type([&](auto t) {
             using T = decltype(t);
             if (dL_dparams) param_gradients<T>(in, dL_dout, &dL_ddLdin, static_cast<T*>(dL_dparams), mode, max_level);

@@ -37,16 +37,28 @@ private:
 
     template <typename F> void with_type(F&& f) const { dispatch_dtype(param_dtype(), f); }
 
-    std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView in, View out, const void*,
-                                          bool) const override {
-        if (in.device.is_gpu()) {
 #ifdef TNN_WITH_GPU
-            per_dim_gpu::forward(m_lanes.gpu_lanes(), stream, in, out);
-            return std::make_unique<EmptyContext>();
-#else
-            throw_no_gpu_backend(describe());
+    std::unique_ptr<Context> forward_gpu(const Stream& stream, ConstView in, View out, const void*,
+                                         bool) const override {
+        per_dim_gpu::forward(m_lanes.gpu_lanes(), stream, in, out);
+        return std::make_unique<EmptyContext>();
+    }
+
+    void backward_gpu(const Stream& stream, const Context&, ConstView in, ConstView, ConstView dL_dout, View* dL_din,
+                      void*, const void*, GradMode) const override {
+        if (dL_din) per_dim_gpu::backward(m_lanes.gpu_lanes(), stream, in, dL_dout, *dL_din);
+    }
+
+    void backward_backward_input_gpu(const Stream& stream, const Context&, ConstView in, ConstView dL_ddLdin,
+                                     ConstView dL_dout, View* dL_ddLdout, View* dL_din, void*, const void*,
+                                     GradMode) const override {
+        if (dL_ddLdout || dL_din)
+            per_dim_gpu::backward_backward_input(m_lanes.gpu_lanes(), stream, in, dL_ddLdin, dL_dout, dL_ddLdout,
+                                                 dL_din);
+    }
 #endif  // TNN_WITH_GPU
-        }
+
+    std::unique_ptr<Context> forward_cpu(const Stream&, ConstView in, View out, const void*, bool) const override {
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;
@@ -64,17 +76,9 @@ private:
         return std::make_unique<EmptyContext>();
     }
 
-    void backward_impl(const Stream& stream, const Context&, ConstView in, ConstView, ConstView dL_dout, View* dL_din,
-                       void*, const void*, GradMode) const override {
+    void backward_cpu(const Stream&, const Context&, ConstView in, ConstView, ConstView dL_dout, View* dL_din, void*,
+                      const void*, GradMode) const override {
         if (!dL_din) return;
-        if (in.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            per_dim_gpu::backward(m_lanes.gpu_lanes(), stream, in, dL_dout, *dL_din);
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;
@@ -93,18 +97,10 @@ private:
         });
     }
 
-    void backward_backward_input_impl(const Stream& stream, const Context&, ConstView in, ConstView dL_ddLdin,
-                                      ConstView dL_dout, View* dL_ddLdout, View* dL_din, void*, const void*,
-                                      GradMode) const override {
+    void backward_backward_input_cpu(const Stream&, const Context&, ConstView in, ConstView dL_ddLdin,
+                                     ConstView dL_dout, View* dL_ddLdout, View* dL_din, void*, const void*,
+                                     GradMode) const override {
         if (!dL_ddLdout && !dL_din) return;
-        if (in.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            per_dim_gpu::backward_backward_input(m_lanes.gpu_lanes(), stream, in, dL_ddLdin, dL_dout, dL_ddLdout, dL_din);
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;

@@ -155,33 +155,58 @@ private:
 
     // ---- forward: y_{l,f} = sum_k w_k V_k[f] ---------------------------------------------------------
 
-    std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView in, View out, const void* params,
-                                          bool) const override {
+    static std::unique_ptr<PermutoContext> make_context(float max_level) {
         auto ctx = std::make_unique<PermutoContext>();
-        ctx->max_level = m_max_level.load();
-        run_forward(stream, in, out, params, ctx->max_level);
+        ctx->max_level = max_level;
         return ctx;
     }
 
-    void inference_impl(const Stream& stream, ConstView in, View out, const void* params) const override {
-        run_forward(stream, in, out, params, m_max_level.load());
+    std::unique_ptr<Context> forward_cpu(const Stream&, ConstView in, View out, const void* params,
+                                         bool) const override {
+        auto ctx = make_context(m_max_level.load());
+        inference_rows(in, out, params, ctx->max_level);
+        return ctx;
     }
 
-    void run_forward(const Stream& stream, ConstView in, View out, const void* params, float max_level) const {
-        if (in.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            permuto_gpu::forward(m_gpu, stream, in, out, params, n_active_levels(max_level));
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
+    void inference_cpu(const Stream&, ConstView in, View out, const void* params) const override {
+        inference_rows(in, out, params, m_max_level.load());
+    }
+
+    void inference_rows(ConstView in, View out, const void* params, float max_level) const {
         dispatch_dtype(param_dtype(), [&](auto t) {
-            forward_cpu<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), max_level);
+            forward_rows<decltype(t)>(in, out, static_cast<const decltype(t)*>(params), max_level);
         });
     }
 
-    template <typename T> void forward_cpu(ConstView in, View out, const T* params, float max_level) const {
+#ifdef TNN_WITH_GPU
+    // ---- GPU passes (permuto.cu) -------------------------------------------------------------------------
+
+    std::unique_ptr<Context> forward_gpu(const Stream& stream, ConstView in, View out, const void* params,
+                                         bool) const override {
+        auto ctx = make_context(m_max_level.load());
+        permuto_gpu::forward(m_gpu, stream, in, out, params, n_active_levels(ctx->max_level));
+        return ctx;
+    }
+
+    void inference_gpu(const Stream& stream, ConstView in, View out, const void* params) const override {
+        permuto_gpu::forward(m_gpu, stream, in, out, params, n_active_levels(m_max_level.load()));
+    }
+
+    void backward_gpu(const Stream& stream, const Context& ctx, ConstView in, ConstView, ConstView dL_dout,
+                      View* dL_din, void* dL_dparams, const void* params, GradMode mode) const override {
+        permuto_gpu::backward(m_gpu, stream, in, dL_dout, dL_din, dL_dparams, params, mode,
+                              n_active_levels(context_max_level(ctx)));
+    }
+
+    void backward_backward_input_gpu(const Stream& stream, const Context& ctx, ConstView in, ConstView dL_ddLdin,
+                                     ConstView dL_dout, View* dL_ddLdout, View* dL_din, void* dL_dparams,
+                                     const void* params, GradMode mode) const override {
+        permuto_gpu::backward_backward_input(m_gpu, stream, in, dL_ddLdin, dL_dout, dL_ddLdout, dL_din, dL_dparams,
+                                             params, mode, n_active_levels(context_max_level(ctx)));
+    }
+#endif  // TNN_WITH_GPU
+
+    template <typename T> void forward_rows(ConstView in, View out, const T* params, float max_level) const {
         using A = acc_t<T>;
         parallel_for(in.rows, kGrain, [&](int64_t r0, int64_t r1) {
             Point<A> p;
@@ -209,18 +234,9 @@ private:
     // (grid::value_step: the weights sum to 1, so their derivatives sum to 0 and vertex 0's value can be
     // taken off every vertex's, which keeps the terms small where neighbouring values are close).
 
-    void backward_impl(const Stream& stream, const Context& ctx, ConstView in, ConstView, ConstView dL_dout,
-                       View* dL_din, void* dL_dparams, const void* params, GradMode mode) const override {
+    void backward_cpu(const Stream&, const Context& ctx, ConstView in, ConstView, ConstView dL_dout, View* dL_din,
+                      void* dL_dparams, const void* params, GradMode mode) const override {
         const float max_level = context_max_level(ctx);
-        if (in.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            permuto_gpu::backward(m_gpu, stream, in, dL_dout, dL_din, dL_dparams, params, mode,
-                                  n_active_levels(max_level));
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
         dispatch_dtype(param_dtype(), [&](auto t) {
             using T = decltype(t);
             if (dL_dparams) param_gradients<T>(in, dL_dout, nullptr, static_cast<T*>(dL_dparams), mode, max_level);
@@ -294,19 +310,10 @@ private:
     //   dL'/dx        = 0: the weights are linear in x inside a simplex (their Hessian is zero), and the
     //                   simplex is locally constant.
 
-    void backward_backward_input_impl(const Stream& stream, const Context& ctx, ConstView in, ConstView dL_ddLdin,
-                                      ConstView dL_dout, View* dL_ddLdout, View* dL_din, void* dL_dparams,
-                                      const void* params, GradMode mode) const override {
+    void backward_backward_input_cpu(const Stream& stream, const Context& ctx, ConstView in, ConstView dL_ddLdin,
+                                     ConstView dL_dout, View* dL_ddLdout, View* dL_din, void* dL_dparams,
+                                     const void* params, GradMode mode) const override {
         const float max_level = context_max_level(ctx);
-        if (in.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            permuto_gpu::backward_backward_input(m_gpu, stream, in, dL_ddLdin, dL_dout, dL_ddLdout, dL_din,
-                                                 dL_dparams, params, mode, n_active_levels(max_level));
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
         dispatch_dtype(param_dtype(), [&](auto t) {
             using T = decltype(t);
             if (dL_dparams) param_gradients<T>(in, dL_dout, &dL_ddLdin, static_cast<T*>(dL_dparams), mode, max_level);

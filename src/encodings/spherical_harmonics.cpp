@@ -34,16 +34,28 @@ private:
         for (int i = 0; i < 3; ++i) xyz[i] = load_input<A>(in, r, i) * A(2) - A(1);
     }
 
-    std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView in, View out, const void*,
-                                          bool) const override {
-        if (in.device.is_gpu()) {
 #ifdef TNN_WITH_GPU
-            spherical_harmonics_gpu::forward(m_degree, stream, in, out);
-            return std::make_unique<EmptyContext>();
-#else
-            throw_no_gpu_backend(describe());
+    std::unique_ptr<Context> forward_gpu(const Stream& stream, ConstView in, View out, const void*,
+                                         bool) const override {
+        spherical_harmonics_gpu::forward(m_degree, stream, in, out);
+        return std::make_unique<EmptyContext>();
+    }
+
+    void backward_gpu(const Stream& stream, const Context&, ConstView in, ConstView, ConstView dL_dout, View* dL_din,
+                      void*, const void*, GradMode) const override {
+        if (dL_din) spherical_harmonics_gpu::backward(m_degree, stream, in, dL_dout, *dL_din);
+    }
+
+    void backward_backward_input_gpu(const Stream& stream, const Context&, ConstView in, ConstView dL_ddLdin,
+                                     ConstView dL_dout, View* dL_ddLdout, View* dL_din, void*, const void*,
+                                     GradMode) const override {
+        if (dL_ddLdout || dL_din)
+            spherical_harmonics_gpu::backward_backward_input(m_degree, stream, in, dL_ddLdin, dL_dout, dL_ddLdout,
+                                                             dL_din);
+    }
 #endif  // TNN_WITH_GPU
-        }
+
+    std::unique_ptr<Context> forward_cpu(const Stream&, ConstView in, View out, const void*, bool) const override {
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;
@@ -62,17 +74,9 @@ private:
     }
 
     // dL/du_i = 2 sum_k g_k dY_k/dx_i
-    void backward_impl(const Stream& stream, const Context&, ConstView in, ConstView, ConstView dL_dout, View* dL_din,
-                       void*, const void*, GradMode) const override {
+    void backward_cpu(const Stream&, const Context&, ConstView in, ConstView, ConstView dL_dout, View* dL_din, void*,
+                      const void*, GradMode) const override {
         if (!dL_din) return;
-        if (in.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            spherical_harmonics_gpu::backward(m_degree, stream, in, dL_dout, *dL_din);
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
         with_type([&](auto t) {
             using T = decltype(t);
             using A = acc_t<T>;
@@ -94,19 +98,10 @@ private:
     }
 
     // With v = dL'/d(dL/du): dL'/dg_k = 2 sum_i v_i dY_k/dx_i and dL'/du_h = 4 sum_k g_k sum_i v_i d2Y_k/(dx_i dx_h).
-    void backward_backward_input_impl(const Stream& stream, const Context&, ConstView in, ConstView dL_ddLdin,
-                                      ConstView dL_dout, View* dL_ddLdout, View* dL_din, void*, const void*,
-                                      GradMode) const override {
+    void backward_backward_input_cpu(const Stream&, const Context&, ConstView in, ConstView dL_ddLdin,
+                                     ConstView dL_dout, View* dL_ddLdout, View* dL_din, void*, const void*,
+                                     GradMode) const override {
         if (!dL_ddLdout && !dL_din) return;
-        if (in.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            spherical_harmonics_gpu::backward_backward_input(m_degree, stream, in, dL_ddLdin, dL_dout, dL_ddLdout,
-                                                             dL_din);
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
         // Hessian slot of (i, h) in sh_basis's [xx, yy, zz, xy, xz, yz] layout.
         static constexpr uint32_t kSlot[3][3] = {{0, 3, 4}, {3, 1, 5}, {4, 5, 2}};
         with_type([&](auto t) {

@@ -8,7 +8,7 @@
 #include "core/view_check.h"
 #include "core/parallel.h"
 #include "losses/loss_gpu.h"
-#include "losses/loss_math.h"
+#include "core/loss_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -80,14 +80,12 @@ private:
         if (prediction.cols < m_min_cols)
             throw ShapeError(msg(m_name, " loss: the prediction needs at least ", m_min_cols,
                                  " columns (R, G, B), got ", describe(prediction)));
-        if (prediction.device.is_gpu()) {
 #ifdef TNN_WITH_GPU
+        if (prediction.device.is_gpu()) {
             loss_gpu::evaluate(m_kind, stream, loss_scale, prediction, target, data_pdf, values, gradients);
             return;
-#else
-            throw_no_gpu_backend(m_name + " loss");
-#endif  // TNN_WITH_GPU
         }
+#endif  // TNN_WITH_GPU
         dispatch_loss_kind(m_kind, [&](auto kind) {
             dispatch_dtype(prediction.dtype, [&](auto t) {
                 using T = decltype(t);

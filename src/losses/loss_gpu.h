@@ -5,7 +5,7 @@
 
 #include <tnn/tensor.h>
 
-#include "losses/loss_math.h"
+#include "core/loss_math.h"
 
 namespace tnn {
 

@@ -7,7 +7,7 @@
 #include "core/gpu_bridge.h"
 #include "core/view_check.h"
 #include "losses/loss_gpu.h"
-#include "networks/fully_fused_mlp.h"
+#include "networks/fused_loss.h"
 #include "optimizers/optimizer_impl.h"
 
 #include <typeinfo>
@@ -38,7 +38,7 @@ constexpr int kStepsBeforeCapture = 2;
 #endif  // TNN_WITH_GPU
 
 // The network the fused step runs (trainer.h), or null: the model, or the network behind its input
-// encoding, where ffm::can_fuse_loss accepts it with the trainer's loss.
+// encoding, where the network fuses with the trainer's loss.
 const Module* fusable_network(const Module& model, const Loss& loss, Device device, LossKind* kind) {
     if (!loss_kind_of(loss, kind)) return nullptr;
     // Exactly NetworkWithInputEncoding: a subclass may do more in its passes than the fused step does.
@@ -46,7 +46,7 @@ const Module* fusable_network(const Module& model, const Loss& loss, Device devi
                            ? static_cast<const NetworkWithInputEncoding*>(&model)
                            : nullptr;
     const Module& net = nwie ? static_cast<const Module&>(nwie->network()) : model;
-    return ffm::can_fuse_loss(net, device, *kind) ? &net : nullptr;
+    return can_fuse_loss(net, device, *kind) ? &net : nullptr;
 }
 
 }  // namespace
@@ -270,7 +270,7 @@ void Trainer::Impl::fused_forward_loss_backward(Trainer& t, const Stream& stream
     View values = loss_values.view();
     const auto* nwie = &net == t.m_model.get() ? nullptr : static_cast<const NetworkWithInputEncoding*>(t.m_model.get());
     if (!nwie) {
-        ffm::fused_loss_backward(net, stream, input, target, kind, t.m_loss_scale, values, nullptr, grads.data(), p);
+        fused_loss_backward(net, stream, input, target, kind, t.m_loss_scale, values, nullptr, grads.data(), p);
         return;
     }
     // As NetworkWithInputEncoding's forward and backward: parameters [network, encoding].
@@ -280,13 +280,13 @@ void Trainer::Impl::fused_forward_loss_backward(Trainer& t, const Stream& stream
     Tensor encoded = Tensor::temporary(stream, input.rows, enc.n_output_dims(), enc.output_dtype());
     auto enc_ctx = enc.forward(stream, input, encoded.view(), p_enc, false);
     if (enc.n_params() == 0) {
-        ffm::fused_loss_backward(net, stream, encoded.view(), target, kind, t.m_loss_scale, values, nullptr,
+        fused_loss_backward(net, stream, encoded.view(), target, kind, t.m_loss_scale, values, nullptr,
                                  grads.data(), p);
         return;
     }
     Tensor dL_dencoded = Tensor::temporary(stream, input.rows, enc.n_output_dims(), enc.output_dtype());
     View dL_dencoded_view = dL_dencoded.view();
-    ffm::fused_loss_backward(net, stream, encoded.view(), target, kind, t.m_loss_scale, values, &dL_dencoded_view,
+    fused_loss_backward(net, stream, encoded.view(), target, kind, t.m_loss_scale, values, &dL_dencoded_view,
                              grads.data(), p);
     enc.backward(stream, *enc_ctx, input, encoded.view(), dL_dencoded.view(), nullptr,
                  static_cast<char*>(grads.data()) + off, p_enc, GradMode::overwrite);

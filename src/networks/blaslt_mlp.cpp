@@ -81,64 +81,51 @@ private:
     // is a GPU tensor-core mode; the CPU computes those networks in full fp32 (within TF32's bound).
     static constexpr MlpRounding kCpuRounding{};
 
-    void inference_impl(const Stream& stream, ConstView input, View output, const void* params) const override {
-        if (input.device.is_cpu()) {
-            mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, false);
-            return;
-        }
+    void inference_cpu(const Stream&, ConstView input, View output, const void* params) const override {
+        mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, false);
+    }
+
+    std::unique_ptr<Context> forward_cpu(const Stream&, ConstView input, View output, const void* params,
+                                         bool) const override {
+        return mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, true);
+    }
+
+    void backward_cpu(const Stream&, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
+                      View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
+        mlp_cpu::backward(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_doutput, dL_dinput,
+                          dL_dparams, params, mode);
+    }
+
+    void backward_backward_input_cpu(const Stream&, const Context& ctx, ConstView input, ConstView dL_ddLdinput,
+                                     ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
+                                     const void* params, GradMode mode) const override {
+        mlp_cpu::backward_backward_input(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_ddLdinput,
+                                         dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams, params, mode);
+    }
+
 #ifdef TNN_WITH_GPU
+    void inference_gpu(const Stream& stream, ConstView input, View output, const void* params) const override {
         blaslt_mlp::inference(*m_plans, stream, input, output, params);
-#else
-        (void)stream;
-        throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
     }
 
-    std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView input, View output, const void* params,
-                                          bool) const override {
-        if (input.device.is_cpu())
-            return mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, true);
-#ifdef TNN_WITH_GPU
+    std::unique_ptr<Context> forward_gpu(const Stream& stream, ConstView input, View output, const void* params,
+                                         bool) const override {
         return blaslt_mlp::forward(*m_plans, stream, input, output, params);
-#else
-        (void)stream;
-        throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
     }
 
-    void backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
-                       View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
-        if (input.device.is_cpu()) {
-            mlp_cpu::backward(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_doutput, dL_dinput,
-                              dL_dparams, params, mode);
-            return;
-        }
-#ifdef TNN_WITH_GPU
+    void backward_gpu(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
+                      View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
         blaslt_mlp::backward(*m_plans, stream, ctx, input, dL_doutput, dL_dinput, dL_dparams, params, mode);
-#else
-        (void)stream, (void)ctx;
-        throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
     }
 
-    void backward_backward_input_impl(const Stream& stream, const Context& ctx, ConstView input,
-                                      ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput,
-                                      View* dL_dinput, void* dL_dparams, const void* params,
-                                      GradMode mode) const override {
-        if (input.device.is_cpu()) {
-            mlp_cpu::backward_backward_input(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input,
-                                             dL_ddLdinput, dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams, params,
-                                             mode);
-            return;
-        }
-#ifdef TNN_WITH_GPU
+    void backward_backward_input_gpu(const Stream& stream, const Context& ctx, ConstView input,
+                                     ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput,
+                                     View* dL_dinput, void* dL_dparams, const void* params,
+                                     GradMode mode) const override {
         blaslt_mlp::backward_backward_input(*m_plans, stream, ctx, input, dL_ddLdinput, dL_doutput, dL_ddLdoutput,
                                             dL_dinput, dL_dparams, params, mode);
-#else
-        (void)stream, (void)ctx;
-        throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
     }
+#endif  // TNN_WITH_GPU
 
     bool m_tf32 = false;
     std::shared_ptr<blaslt_mlp::PlanCache> m_plans;  // shared by every thread using this module

@@ -5,6 +5,7 @@
 #include "networks/fully_fused_mlp.h"
 
 #include "networks/activation.h"
+#include "networks/fused_loss.h"
 #include "networks/network_registry.h"
 #include "networks/portable_mlp.h"
 
@@ -326,7 +327,7 @@ namespace {
 
 struct FusedContext : Context {};  // backward recomputes the forward pass: nothing to keep
 
-class FullyFusedMlp final : public Network {
+class FullyFusedMlp final : public Network, private FusedLossStep {
 public:
     FullyFusedMlp(const MlpLayout& layout, DType dtype, DType output_dtype) : Network(layout, dtype, output_dtype) {}
     std::string name() const override { return "FullyFusedMLP"; }
@@ -341,37 +342,73 @@ public:
         return "FullyFusedMLP has second derivatives on the CPU only (no fused second-order GPU kernel yet); use "
                "BlasLtMLP (tcnn's CutlassMLP) or PortableMLP (float32) on the GPU for double backward";
     }
+    const FusedLossStep* fused_loss_step() const override { return this; }
 
 private:
     // The CPU backend rounds where the kernels round (fully_fused_mlp_kernels.cuh): input, hidden
     // activations, every dz and the stashed f'(z) to the network dtype; sums in fp32.
     static constexpr MlpRounding kCpuRounding{true};
 
-    void inference_impl(const Stream& stream, ConstView input, View output, const void* params) const override {
-        if (input.device.is_cpu()) {
-            mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, false);
-            return;
-        }
-#if defined(TNN_WITH_GPU)
-        ffm::gpu_forward(m_layout, param_dtype(), stream, input, output, params);
-#else
-        (void)stream;
-        throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
+    void inference_cpu(const Stream&, ConstView input, View output, const void* params) const override {
+        mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, false);
     }
 
-    std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView input, View output, const void* params,
-                                          bool) const override {
-        if (input.device.is_cpu())
-            return mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, true);
-        inference_impl(stream, input, output, params);
+    std::unique_ptr<Context> forward_cpu(const Stream&, ConstView input, View output, const void* params,
+                                         bool) const override {
+        return mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, true);
+    }
+
+    void backward_cpu(const Stream&, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
+                      View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
+        mlp_cpu::backward(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_doutput, dL_dinput,
+                          dL_dparams, params, mode);
+    }
+
+    // The CPU backend has second derivatives (MlpReference<T> with the kernels' rounding); the fused GPU
+    // kernel does not yet (backward_backward_refusal), and its pass is never handed to another backend
+    // behind the caller's back.
+    void backward_backward_input_cpu(const Stream&, const Context& ctx, ConstView input, ConstView dL_ddLdinput,
+                                     ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
+                                     const void* params, GradMode mode) const override {
+        mlp_cpu::backward_backward_input(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_ddLdinput,
+                                         dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams, params, mode);
+    }
+
+#if defined(TNN_WITH_GPU)
+    void inference_gpu(const Stream& stream, ConstView input, View output, const void* params) const override {
+        ffm::gpu_forward(m_layout, param_dtype(), stream, input, output, params);
+    }
+
+    // The backward kernel recomputes the forward pass: the context only marks where it came from.
+    std::unique_ptr<Context> forward_gpu(const Stream& stream, ConstView input, View output, const void* params,
+                                         bool) const override {
+        ffm::gpu_forward(m_layout, param_dtype(), stream, input, output, params);
         return std::make_unique<FusedContext>();
     }
 
-public:
-    // ffm::fused_loss_backward, validated here.
+    void backward_gpu(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
+                      View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
+        if (!dynamic_cast<const FusedContext*>(&ctx))
+            throw Error(msg(describe(), ": backward got a context that does not come from a GPU forward of this "
+                                        "network"));
+        ffm::gpu_backward(m_layout, param_dtype(), stream, input, dL_doutput, dL_dinput, dL_dparams, params, mode);
+    }
+#endif  // TNN_WITH_GPU
+
+    // The ReLU / linear-output CUDA kernels carry the loss (the generic ones are at their register limit;
+    // the gfx12 kernels have no fused step, and a CPU build no kernels at all).
+    bool fuses_loss(Device device, LossKind kind) const override {
+#if defined(TNN_WITH_CUDA)
+        return m_layout.activation == Activation::ReLU && m_layout.output_activation == Activation::None &&
+               !ffm::plan_override().generic_kernels && device.is_gpu() && is_fused_loss_kind(kind);
+#else
+        (void)device, (void)kind;
+        return false;
+#endif  // TNN_WITH_CUDA
+    }
+
     void fused_loss_backward(const Stream& stream, ConstView input, ConstView target, LossKind kind, float loss_scale,
-                             View values, View* dL_dinput, void* dL_dparams, const void* params) const {
+                             View values, View* dL_dinput, void* dL_dparams, const void* params) const override {
         const char* what = "fused training step";
         check_io(what, stream, input, nullptr, params);
         if (input.device.is_cpu())
@@ -394,68 +431,9 @@ public:
                           GradMode::overwrite, &loss);
 #endif  // TNN_WITH_GPU
     }
-
-private:
-    void backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
-                       View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
-        if (input.device.is_cpu()) {
-            mlp_cpu::backward(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_doutput, dL_dinput,
-                              dL_dparams, params, mode);
-            return;
-        }
-        if (!dynamic_cast<const FusedContext*>(&ctx))
-            throw Error(msg(describe(), ": backward got a context that does not come from a GPU forward of this "
-                                        "network"));
-#if defined(TNN_WITH_GPU)
-        ffm::gpu_backward(m_layout, param_dtype(), stream, input, dL_doutput, dL_dinput, dL_dparams, params, mode);
-#else
-        (void)stream, (void)dL_doutput, (void)dL_dinput, (void)dL_dparams, (void)params, (void)mode;
-        throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-    }
-
-    // The CPU backend has second derivatives (MlpReference<T> with the kernels' rounding); the fused GPU
-    // kernel does not yet, and its pass is never handed to another backend behind the caller's back.
-    void backward_backward_input_impl(const Stream&, const Context& ctx, ConstView input, ConstView dL_ddLdinput,
-                                      ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
-                                      const void* params, GradMode mode) const override {
-        if (input.device.is_cpu()) {
-            mlp_cpu::backward_backward_input(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input,
-                                             dL_ddLdinput, dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams, params,
-                                             mode);
-            return;
-        }
-        throw UnsupportedError(msg(describe(), ": ", backward_backward_refusal(input.device)));
-    }
 };
 
 }  // namespace
-
-namespace ffm {
-
-bool can_fuse_loss(const Module& model, Device device, LossKind kind) {
-#if defined(TNN_WITH_CUDA)
-    // The ReLU / linear-output kernels carry it (the generic ones are at their register limit).
-    const auto* net = dynamic_cast<const FullyFusedMlp*>(&model);
-    return net && net->layout().activation == Activation::ReLU && net->layout().output_activation == Activation::None &&
-           !plan_override().generic_kernels && device.is_gpu() && is_fused_loss_kind(kind);
-#else
-    (void)model, (void)device, (void)kind;
-    return false;  // the gfx12 kernels have no fused step (and a CPU build no kernels at all)
-#endif  // TNN_WITH_CUDA
-}
-
-void fused_loss_backward(const Module& model, const Stream& stream, ConstView input, ConstView target, LossKind kind,
-                         float loss_scale, View values, View* dL_dinput, void* dL_dparams, const void* params) {
-    const auto* net = dynamic_cast<const FullyFusedMlp*>(&model);
-    if (!net || !can_fuse_loss(model, input.device, kind))
-        throw UnsupportedError(msg(model.describe(), ": the fused training step needs a FullyFusedMLP with ReLU hidden "
-                                   "layers and a linear output on an NVIDIA GPU, and one of the losses L2, L1, "
-                                   "RelativeL2, RelativeL1, MAPE, SMAPE"));
-    net->fused_loss_backward(stream, input, target, kind, loss_scale, values, dL_dinput, dL_dparams, params);
-}
-
-}  // namespace ffm
 
 void register_fully_fused_mlp(Registry<NetworkFactory>& registry) {
     // Every dtype is listed so that the factory (not the generic check) reports unsupported ones

@@ -6,7 +6,7 @@
 
 #include <tnn/network.h>
 
-#include "losses/loss_math.h"
+#include "core/loss_math.h"
 #include "networks/activation.h"
 
 #include <cstddef>
@@ -389,14 +389,6 @@ struct LastBackward {
 };
 LastBackward last_backward();
 #endif  // TNN_WITH_GPU
-
-// ---- The fused training step for the Trainer (src/model/trainer.cpp). can_fuse_loss: `model` is a
-// FullyFusedMLP with ReLU hidden layers and a linear output, with kernels for it in this build
-// (NVIDIA), on a GPU `device`, and `kind` is one of is_fused_loss_kind. fused_loss_backward: what forward + Loss::evaluate (no pdf) + backward give,
-// bit for bit: values [rows, n_out] fp32 and dL/dparams (overwritten), without writing the output.
-bool can_fuse_loss(const Module& model, Device device, LossKind kind);
-void fused_loss_backward(const Module& model, const Stream& stream, ConstView input, ConstView target, LossKind kind,
-                         float loss_scale, View values, View* dL_dinput, void* dL_dparams, const void* params);
 
 // Largest of 16/8/4/2 bytes dividing the address, the row pitch and the row size of a tensor.
 int copy_vector_bytes(const void* ptr, int64_t stride_bytes, int64_t row_bytes);

@@ -2,6 +2,7 @@
 // initialisation, hyperparams(), and the otype registry behind create_network.
 #include <tnn/network.h>
 
+#include "networks/fused_loss.h"
 #include "networks/network_registry.h"
 
 #include <algorithm>
@@ -160,6 +161,16 @@ std::unique_ptr<Network> create_network(uint32_t n_input_dims, uint32_t n_output
     auto net = factory.create(layout, dtype, output_dtype, r, who);
     r.finish();
     return net;
+}
+
+void fused_loss_backward(const Module& model, const Stream& stream, ConstView input, ConstView target, LossKind kind,
+                         float loss_scale, View values, View* dL_dinput, void* dL_dparams, const void* params) {
+    const FusedLossStep* step = fused_loss_step(model, input.device, kind);
+    if (!step)
+        throw UnsupportedError(msg(model.describe(), ": the fused training step needs a FullyFusedMLP with ReLU hidden "
+                                   "layers and a linear output on an NVIDIA GPU, and one of the losses L2, L1, "
+                                   "RelativeL2, RelativeL1, MAPE, SMAPE"));
+    step->fused_loss_backward(stream, input, target, kind, loss_scale, values, dL_dinput, dL_dparams, params);
 }
 
 }  // namespace tnn

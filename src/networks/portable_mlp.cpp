@@ -448,62 +448,53 @@ public:
     bool supports_backward_backward() const override { return true; }
 
 private:
-    std::unique_ptr<Context> forward_impl(const Stream& stream, ConstView input, View output, const void* params,
-                                          bool) const override {
-        if (input.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            return portable_mlp_gpu::forward(m_layout, stream, input, output, static_cast<const float*>(params));
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
+    std::unique_ptr<Context> forward_cpu(const Stream&, ConstView input, View output, const void* params,
+                                         bool) const override {
         return mlp_cpu::forward(m_layout, param_dtype(), {}, input, output, params, true);
     }
 
-    void inference_impl(const Stream& stream, ConstView input, View output, const void* params) const override {
-        if (input.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            portable_mlp_gpu::inference(m_layout, stream, input, output, static_cast<const float*>(params));
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
+    void inference_cpu(const Stream&, ConstView input, View output, const void* params) const override {
         mlp_cpu::forward(m_layout, param_dtype(), {}, input, output, params, false);
     }
 
-    void backward_impl(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
-                       View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
-        if (input.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            portable_mlp_gpu::backward(m_layout, stream, ctx, input, dL_doutput, dL_dinput,
-                                       static_cast<float*>(dL_dparams), static_cast<const float*>(params), mode);
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
+    void backward_cpu(const Stream&, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
+                      View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
         mlp_cpu::backward(m_layout, param_dtype(), {}, describe(), ctx, input, dL_doutput, dL_dinput, dL_dparams,
                           params, mode);
     }
 
-    void backward_backward_input_impl(const Stream& stream, const Context& ctx, ConstView input,
-                                      ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput,
-                                      View* dL_dinput, void* dL_dparams, const void* params,
-                                      GradMode mode) const override {
-        if (input.device.is_gpu()) {
-#ifdef TNN_WITH_GPU
-            portable_mlp_gpu::backward_backward_input(m_layout, stream, ctx, input, dL_ddLdinput, dL_doutput,
-                                                      dL_ddLdoutput, dL_dinput, static_cast<float*>(dL_dparams),
-                                                      static_cast<const float*>(params), mode);
-            return;
-#else
-            throw_no_gpu_backend(describe());
-#endif  // TNN_WITH_GPU
-        }
+    void backward_backward_input_cpu(const Stream&, const Context& ctx, ConstView input, ConstView dL_ddLdinput,
+                                     ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
+                                     const void* params, GradMode mode) const override {
         mlp_cpu::backward_backward_input(m_layout, param_dtype(), {}, describe(), ctx, input, dL_ddLdinput, dL_doutput,
                                          dL_ddLdoutput, dL_dinput, dL_dparams, params, mode);
     }
+
+#ifdef TNN_WITH_GPU
+    std::unique_ptr<Context> forward_gpu(const Stream& stream, ConstView input, View output, const void* params,
+                                         bool) const override {
+        return portable_mlp_gpu::forward(m_layout, stream, input, output, static_cast<const float*>(params));
+    }
+
+    void inference_gpu(const Stream& stream, ConstView input, View output, const void* params) const override {
+        portable_mlp_gpu::inference(m_layout, stream, input, output, static_cast<const float*>(params));
+    }
+
+    void backward_gpu(const Stream& stream, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
+                      View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
+        portable_mlp_gpu::backward(m_layout, stream, ctx, input, dL_doutput, dL_dinput, static_cast<float*>(dL_dparams),
+                                   static_cast<const float*>(params), mode);
+    }
+
+    void backward_backward_input_gpu(const Stream& stream, const Context& ctx, ConstView input,
+                                     ConstView dL_ddLdinput, ConstView dL_doutput, View* dL_ddLdoutput,
+                                     View* dL_dinput, void* dL_dparams, const void* params,
+                                     GradMode mode) const override {
+        portable_mlp_gpu::backward_backward_input(m_layout, stream, ctx, input, dL_ddLdinput, dL_doutput,
+                                                  dL_ddLdoutput, dL_dinput, static_cast<float*>(dL_dparams),
+                                                  static_cast<const float*>(params), mode);
+    }
+#endif  // TNN_WITH_GPU
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "losses/loss_gpu.h"
 #include "mlp_accuracy.h"
 #include "networks/fully_fused_mlp.h"
+#include "networks/fused_loss.h"
 #include "networks/portable_mlp.h"
 
 #include <cmath>
@@ -383,7 +384,7 @@ void check_wgmma_case(const FusedCase& c, DType dtype, const std::string& what, 
             fill(stream, v.view(), 7.0);
             fill(stream, g.view(), 7.0);
             View gv = g.view();
-            ffm::fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(),
+            fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(),
                                      with_dx ? &gv : nullptr, gp.data(), p.data());
             ASSERT_EQ(ffm::last_backward().plan.wgmma, i == 0) << what;
             stream.stream().synchronize();
@@ -514,7 +515,7 @@ TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
                         expect_same_bits(to_floats(r[0].dL_dinput), to_floats(r[i].dL_dinput), how + " dL/dinput");
                         expect_same_bits(to_floats(r[0].dL_dparams), to_floats(r[i].dL_dparams), how + " dL/dparams");
                     }
-                    if (!ffm::can_fuse_loss(*net, dev, LossKind::l2)) continue;
+                    if (!can_fuse_loss(*net, dev, LossKind::l2)) continue;
                     // The fused step with dL/dinput in rows padded to a multiple of 4 columns plus 4, every cap.
                     const Tensor target_host =
                         host_tensor(draw(size_t(c.batch) * c.n_out, 1.0, false, 92), c.batch, c.n_out, DType::f32);
@@ -534,7 +535,7 @@ TEST(FullyFusedMlpGpuPlans, InputGradientStoreWidthsGiveTheSameBits) {
                         // 4 values per store for a 16-bit dL/dinput, 2 for fp32 (8 bytes either way); a cap
                         // of 2 or 1 is taken as is.
                         ASSERT_EQ(reinterpret_cast<uintptr_t>(gv.data) % 8, 0u) << what;
-                        ffm::fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(), &gv,
+                        fused_loss_backward(*net, stream, x.view(), t.view(), LossKind::l2, 128.0f, v.view(), &gv,
                                                  gp.data(), p.data());
                         EXPECT_EQ(ffm::last_backward().dx_vec, kCaps[i] ? kCaps[i] : c.input_in_network_dtype ? 4 : 2)
                             << what << " fused step, cap " << kCaps[i];
@@ -724,7 +725,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
                     const auto loss = create_loss({{"otype", loss_name}});
                     LossKind kind;
                     ASSERT_TRUE(loss_kind_of(*loss, &kind)) << what;
-                    ASSERT_TRUE(ffm::can_fuse_loss(*net, dev, kind)) << what;
+                    ASSERT_TRUE(can_fuse_loss(*net, dev, kind)) << what;
                     const FusedData d = make_data(c, *net, 31);
                     const Tensor target_host = host_tensor(draw(size_t(c.batch) * c.n_out, 1.0, false, 37), c.batch,
                                                            c.n_out, DType::f32);
@@ -748,7 +749,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
                     View dxa = dx_a.view(), dxb = dx_b.view();
                     net->backward(stream, *ctx, x.view(), y.view(), dy.view(), &dxa, dp_a.data(), p.data(),
                                   GradMode::overwrite);
-                    ffm::fused_loss_backward(*net, stream, x.view(), target.view(), kind, kLossScale, values_b.view(), &dxb,
+                    fused_loss_backward(*net, stream, x.view(), target.view(), kind, kLossScale, values_b.view(), &dxb,
                                              dp_b.data(), p.data());
                     stream.stream().synchronize();
                     expect_same_bits(to_floats(values_b.to(Device::cpu(), stream)),
@@ -761,7 +762,7 @@ TEST(FullyFusedMlpGpuFusedLoss, EqualsForwardLossBackwardBitForBit) {
                         Tensor values_c = tensor(c.n_out, DType::f32);
                         Tensor dp_c(1, int64_t(net->n_params()), dtype, dev);
                         fill(stream, dp_c.view(), 7.0);
-                        ffm::fused_loss_backward(*net, stream, x.view(), target.view(), kind, kLossScale,
+                        fused_loss_backward(*net, stream, x.view(), target.view(), kind, kLossScale,
                                                  values_c.view(), nullptr, dp_c.data(), p.data());
                         stream.stream().synchronize();
                         expect_same_bits(to_floats(values_c.to(Device::cpu(), stream)),
@@ -825,7 +826,7 @@ TEST(FullyFusedMlpGpuFusedLoss, StridedViewsAndFp32OutputGiveTheSameBits) {
             auto ctx = net->forward(stream, x, y, p.data(), true);
             loss->evaluate(stream, 128.0f, y, target, nullptr, values_a, dy);
             net->backward(stream, *ctx, x, y, dy, &dx_a, dp_a.data(), p.data(), GradMode::overwrite);
-            ffm::fused_loss_backward(*net, stream, x, target, LossKind::relative_l2, 128.0f, values_b, &dx_b, dp_b.data(),
+            fused_loss_backward(*net, stream, x, target, LossKind::relative_l2, 128.0f, values_b, &dx_b, dp_b.data(),
                                      p.data());
             stream.stream().synchronize();
             auto host = [&](const Tensor& t) { return to_floats(t.to(Device::cpu(), stream)); };
@@ -844,21 +845,21 @@ TEST(FullyFusedMlpGpuFusedLoss, RefusedWhereTheKernelsDoNotCarryIt) {
     const auto tanh = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 16}, {"activation", "Tanh"}});
     const auto sig = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 16}, {"output_activation", "Sigmoid"}});
     const auto portable = create_network(3, 4, {{"otype", "PortableMLP"}, {"n_neurons", 16}, {"activation", "ReLU"}});
-    EXPECT_FALSE(ffm::can_fuse_loss(*relu, Device::cpu(), LossKind::l2));
-    EXPECT_FALSE(ffm::can_fuse_loss(*relu, gpu, LossKind::cross_entropy));
-    EXPECT_FALSE(ffm::can_fuse_loss(*relu, gpu, LossKind::relative_l2_luminance));
-    EXPECT_FALSE(ffm::can_fuse_loss(*tanh, gpu, LossKind::l2));
-    EXPECT_FALSE(ffm::can_fuse_loss(*sig, gpu, LossKind::l2));
-    EXPECT_FALSE(ffm::can_fuse_loss(*portable, gpu, LossKind::l2));
+    EXPECT_FALSE(can_fuse_loss(*relu, Device::cpu(), LossKind::l2));
+    EXPECT_FALSE(can_fuse_loss(*relu, gpu, LossKind::cross_entropy));
+    EXPECT_FALSE(can_fuse_loss(*relu, gpu, LossKind::relative_l2_luminance));
+    EXPECT_FALSE(can_fuse_loss(*tanh, gpu, LossKind::l2));
+    EXPECT_FALSE(can_fuse_loss(*sig, gpu, LossKind::l2));
+    EXPECT_FALSE(can_fuse_loss(*portable, gpu, LossKind::l2));
 #if defined(TNN_WITH_CUDA)
-    EXPECT_TRUE(ffm::can_fuse_loss(*relu, gpu, LossKind::smape));
+    EXPECT_TRUE(can_fuse_loss(*relu, gpu, LossKind::smape));
 #endif  // TNN_WITH_CUDA
     Tensor x(2, 3, DType::f32), t(2, 4, DType::f32), v(2, 4, DType::f32);
     std::vector<tnn::half> p(relu->n_params(), tnn::half(0.0f)), g(relu->n_params());
-    EXPECT_THROW(ffm::fused_loss_backward(*relu, Stream::cpu(), x.view(), t.view(), LossKind::l2, 1.0f, v.view(), nullptr,
+    EXPECT_THROW(fused_loss_backward(*relu, Stream::cpu(), x.view(), t.view(), LossKind::l2, 1.0f, v.view(), nullptr,
                                           g.data(), p.data()),
                  UnsupportedError);
-    EXPECT_THROW(ffm::fused_loss_backward(*portable, Stream::cpu(), x.view(), t.view(), LossKind::l2, 1.0f, v.view(),
+    EXPECT_THROW(fused_loss_backward(*portable, Stream::cpu(), x.view(), t.view(), LossKind::l2, 1.0f, v.view(),
                                           nullptr, g.data(), p.data()),
                  UnsupportedError);
 }
@@ -869,7 +870,7 @@ TEST(FullyFusedMlpGpuFusedLoss, BadViewsAreRefused) {
     TNN_SKIP_WITHOUT_GPU();
     const Device dev = Device::gpu(0);
     const auto net = create_network(3, 4, {{"otype", "FullyFusedMLP"}, {"n_neurons", 16}, {"activation", "ReLU"}});
-    if (!ffm::can_fuse_loss(*net, dev, LossKind::l2)) GTEST_SKIP() << "this build's kernels have no fused step";
+    if (!can_fuse_loss(*net, dev, LossKind::l2)) GTEST_SKIP() << "this build's kernels have no fused step";
     TestStream stream(dev);
     Tensor x(8, 3, DType::f32, dev), t(8, 4, DType::f32, dev), v(8, 4, DType::f32, dev);
     Tensor t_short(7, 4, DType::f32, dev), v16(8, 4, DType::f16, dev), t_host(8, 4, DType::f32);
@@ -878,7 +879,7 @@ TEST(FullyFusedMlpGpuFusedLoss, BadViewsAreRefused) {
     fill(stream, t.view(), 0.5);
     fill(stream, p.view(), 0.0);
     auto call = [&](ConstView target, View values) {
-        ffm::fused_loss_backward(*net, stream, x.view(), target, LossKind::l2, 1.0f, values, nullptr, g.data(), p.data());
+        fused_loss_backward(*net, stream, x.view(), target, LossKind::l2, 1.0f, values, nullptr, g.data(), p.data());
     };
     EXPECT_THROW(call(t_short.view(), v.view()), ShapeError);
     EXPECT_THROW(call(t.view(), v16.view()), DTypeError);
