@@ -2,7 +2,7 @@
 // precision (FullyFusedMLP, BlasLtMLP) on every case, the data of a case, one run of a module on a
 // device, the fp64 reference (the same function in float64), and the error bound of a computation in
 // a given precision against it. tests/cpp/test_mlp_backends.cpp runs the list on the CPU against the
-// fp64 reference; tests/gpu/test_mlp_cpu_backend.cpp runs it on the GPU against the CPU backend.
+// fp64 reference; tests/gpu/mlp_gpu_cases.h extends it into the list every GPU backend runs.
 #pragma once
 
 #include "mlp_accuracy.h"
@@ -43,11 +43,19 @@ struct MlpCase {
     std::string act, out_act;
     bool bias;
     int64_t batch;
-    // ReLU-like activations: data on dyadic grids with odd-multiple biases (as tests/gpu/
-    // test_blaslt_mlp.cpp's Data::exact_kinks), so that no pre-activation sits on a kink.
+    // For ReLU-like kinks: inputs and output gradients on the grid of multiples of 1/8, weights
+    // multiples of 1/8 in [-1/4, 1/4], and the biases of layer l odd multiples of u_l = 2^-(7 + 4l).
+    // Then every pre-activation of layer l is exact in fp32 (|z| << 2^24 u_l) and, with a bias, an odd
+    // multiple of u_l: never 0, so the ReLU derivative (whose value at exactly 0 differs between
+    // conventions) and its sign agree between the fp64 reference, the naive reference and the GPU
+    // whatever the summation order. (Layer l's inputs are multiples of 2 u_l, their products with
+    // weights multiples of 2 u_{l+1}, and rounding activations to fp16 / bf16 only coarsens their grid,
+    // so the argument holds in every dtype.) Otherwise: uniform inputs and output gradients in [-1, 1],
+    // Xavier weights, biases in [-0.5, 0.5].
     bool exact_kinks = false;
     bool input_in_network_dtype = false;  // else fp32
     bool output_f32 = false;              // "output_dtype": "float32" (else the network dtype)
+    bool strided = false;                 // GPU runs: views as column slices of wider tensors
 };
 
 inline std::ostream& operator<<(std::ostream& os, const MlpCase& c) { return os << c.name; }

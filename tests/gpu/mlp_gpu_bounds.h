@@ -1,5 +1,5 @@
 // The bound within which an MLP on the GPU agrees with its own CPU backend (the same module called
-// with CPU tensors), shared by the first-order (test_mlp_cpu_backend.cpp) and second-order
+// with CPU tensors), shared by the first-order (mlp_gpu_cases.h, test_gpu_networks.cpp) and second-order
 // (test_mlp_second_order_gpu.cpp) tests; docs/fully_fused_mlp.md and docs/blaslt_mlp.md state it.
 #pragma once
 

@@ -1,13 +1,9 @@
-// BlasLtMLP against the CPU references: one list of cases (activations hidden and output, bias on and
-// off, widths 16..256 and odd, depths 0..4, batches 0 / 1 / 7 / 1000 / 4097, input and output dtype
-// variants) run in float32, float16 and bfloat16, each with and without the library's fused
-// epilogues; then GPU-only properties (bitwise reproducibility, accumulation, streams, threads, graph
-// capture, TF32, which epilogues ran) and the errors of the host side, which need no GPU.
-#include "gpu_test_util.h"
-#include "mlp_accuracy.h"
-
-#include "networks/blaslt_mlp.h"
-#include "networks/portable_mlp.h"
+// BlasLtMLP on the GPU, what only it has: the case list of every backend (test_gpu_networks.cpp) again
+// with the library's fused epilogues switched off, two host threads sharing one module's plan cache,
+// which epilogues ran, TF32 against fp32; and the errors of the host side, which need no GPU. The
+// properties every backend has (accuracy with the epilogues on, reproducibility, accumulation,
+// streams, graph capture, bad calls) are test_gpu_networks.cpp's.
+#include "mlp_gpu_cases.h"
 
 #include <cmath>
 #include <cstdio>
@@ -19,223 +15,6 @@ using namespace tnn;
 using namespace tnn::test;
 
 namespace {
-
-// How a case draws its data.
-enum class Data {
-    // Uniform inputs and output gradients in [-1, 1], Xavier weights, biases in [-0.5, 0.5].
-    smooth,
-    // For ReLU-like kinks (bias on): inputs and output gradients on the grid of multiples of 1/8,
-    // weights multiples of 1/8 in [-1/4, 1/4], and the biases of layer l odd multiples of
-    // u_l = 2^-(7 + 4l). Then every pre-activation of layer l is exact in fp32 (|z| << 2^24 u_l) and
-    // an odd multiple of u_l: never 0, so the ReLU derivative (whose value at exactly 0 differs
-    // between conventions) and its sign agree between the fp64 reference, the naive reference and
-    // the GPU whatever the summation order. (Layer l's inputs are multiples of 2 u_l, products with
-    // weights of 1/8 multiples of 2 u_{l+1}... and rounding activations to fp16 / bf16 only
-    // coarsens their grid, so the argument holds in every dtype.)
-    exact_kinks,
-};
-
-struct MlpCase {
-    std::string name;
-    uint32_t n_in, n_out, width, hidden;
-    std::string act, out_act;
-    bool bias;
-    int64_t batch;
-    Data data;
-    bool input_f32 = false;   // fp32 input to a 16-bit network (else the input has the network dtype)
-    bool output_f32 = false;  // "output_dtype": "float32" for a 16-bit network
-};
-
-std::ostream& operator<<(std::ostream& os, const MlpCase& c) { return os << c.name; }
-
-const std::vector<MlpCase>& mlp_cases() {
-    using D = Data;
-    static const std::vector<MlpCase> cases = {
-        {"relu_w16_d1_b7", 3, 1, 16, 1, "ReLU", "None", true, 7, D::exact_kinks, true},
-        {"relu_w64_d2_b1000", 3, 3, 64, 2, "ReLU", "None", true, 1000, D::exact_kinks},
-        {"relu_w128_d3_reluout_b4097", 5, 2, 128, 3, "ReLU", "ReLU", true, 4097, D::exact_kinks, true, true},
-        {"relu_w256_d4_b4097", 16, 4, 256, 4, "ReLU", "None", true, 4097, D::exact_kinks},
-        {"relu_nobias_w32_d2_b1", 4, 3, 32, 2, "ReLU", "None", false, 1, D::smooth, false, true},
-        {"relu_odd_w100_d2_b1000", 6, 5, 100, 2, "ReLU", "None", true, 1000, D::exact_kinks, true},
-        {"leaky_w64_d1_b1000", 6, 2, 64, 1, "LeakyReLU", "None", true, 1000, D::exact_kinks},
-        {"empty_b0", 3, 4, 32, 2, "ReLU", "None", false, 0, D::smooth},
-        {"linear_hidden_w64_d2_bias", 5, 3, 64, 2, "None", "None", true, 1000, D::smooth, true},
-        {"tanh_sigmoid_w48_d2_bias_b1", 5, 2, 48, 2, "Tanh", "Sigmoid", true, 1, D::smooth, false, true},
-        {"sine_w100_d3_b1000", 2, 3, 100, 3, "Sine", "None", false, 1000, D::smooth, true},
-        {"silu_silu_w33_d2_bias", 4, 4, 33, 2, "SiLU", "SiLU", true, 1000, D::smooth, true, true},
-        {"depth0_sine_out_bias_b4097", 7, 5, 32, 0, "None", "Sine", true, 4097, D::smooth},
-        {"depth0_linear_b7", 3, 2, 16, 0, "ReLU", "None", false, 7, D::smooth, true},
-        {"exponential_out_w24_d1", 3, 2, 24, 1, "Tanh", "Exponential", false, 4097, D::smooth, false, true},
-        {"softplus_squareplus_w40_d2_b333", 3, 3, 40, 2, "Softplus", "Squareplus", true, 333, D::smooth},
-        {"sigmoid_tanh_in16_out16_b7", 16, 16, 64, 1, "Sigmoid", "Tanh", false, 7, D::smooth},
-        {"odd_pads_17_in_17_out", 17, 17, 80, 1, "Tanh", "None", true, 1000, D::smooth, true},
-        {"tanh_w16_d4_b257", 3, 1, 16, 4, "Tanh", "None", false, 257, D::smooth},
-        {"silu_w256_d1_b4097", 32, 8, 256, 1, "SiLU", "None", true, 4097, D::smooth, true},
-    };
-    return cases;
-}
-
-const MlpCase& case_named(const std::string& name) {
-    for (const auto& c : mlp_cases())
-        if (c.name == name) return c;
-    throw Error("no BlasLtMLP test case named " + name);
-}
-
-json config_for(const MlpCase& c, DType dtype) {
-    json j = {{"otype", "BlasLtMLP"},  {"n_neurons", c.width},           {"n_hidden_layers", c.hidden},
-              {"activation", c.act}, {"output_activation", c.out_act}, {"dtype", dtype_name(dtype)}};
-    if (c.bias) j["bias"] = true;
-    if (c.output_f32 && dtype != DType::f32) j["output_dtype"] = "float32";
-    return j;
-}
-
-DType input_dtype_of(const MlpCase& c, DType dtype) { return c.input_f32 ? DType::f32 : dtype; }
-
-// Host data of one case, already in the dtypes the GPU receives: input (input dtype), params
-// (network dtype), dL/doutput (output dtype).
-struct MlpData {
-    Tensor x, params, dL_dy;
-};
-
-Tensor host_tensor(const std::vector<float>& v, int64_t rows, int64_t cols, DType t) {
-    Tensor f(rows, cols, DType::f32);
-    if (!v.empty()) std::memcpy(f.data(), v.data(), v.size() * sizeof(float));
-    if (t == DType::f32) return f;
-    Tensor out(rows, cols, t);
-    convert(Stream::cpu(), f.view(), out.view());
-    return out;
-}
-
-std::vector<float> grid_values(size_t n, double max, double step, uint64_t seed) {
-    const std::vector<double> v = random_vector(n, -max, max, seed);
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(std::round(v[i] / step) * step);
-    return out;
-}
-
-MlpData make_data(const MlpCase& c, const Network& net, uint64_t seed) {
-    const MlpLayout& l = net.layout();
-    std::vector<float> x, g, p(net.n_params());
-    const size_t nx = static_cast<size_t>(c.batch) * c.n_in, ng = static_cast<size_t>(c.batch) * c.n_out;
-    if (c.data == Data::exact_kinks) {
-        x = grid_values(nx, 1.0, 0.125, seed);
-        g = grid_values(ng, 1.0, 0.125, seed + 1);
-        const std::vector<float> w = grid_values(net.n_matrix_params(), 0.25, 0.125, seed + 2);
-        std::copy(w.begin(), w.end(), p.begin());
-        if (l.bias) {
-            Pcg32 rng(seed + 3);
-            for (uint32_t layer = 0; layer < l.n_layers(); ++layer) {
-                const double unit = std::ldexp(1.0, -static_cast<int>(7 + 4 * layer));
-                for (uint32_t o = 0; o < l.layer_out(layer); ++o) {
-                    const int odd = 2 * static_cast<int>(rng.next_uint() % 16) - 15;  // -15, -13, ..., 15
-                    p[l.bias_offset(layer) + o] = static_cast<float>(odd * unit);
-                }
-            }
-        }
-    } else {
-        const auto xd = random_vector(nx, -1.0, 1.0, seed), gd = random_vector(ng, -1.0, 1.0, seed + 1);
-        x.assign(xd.begin(), xd.end());
-        g.assign(gd.begin(), gd.end());
-        net.init_params(seed + 2, p.data());
-        const auto b = random_vector(net.n_params() - net.n_matrix_params(), -0.5, 0.5, seed + 3);
-        for (size_t i = net.n_matrix_params(); i < net.n_params(); ++i)
-            p[i] = static_cast<float>(b[i - net.n_matrix_params()]);
-    }
-    const DType t = net.param_dtype();
-    MlpData d;
-    d.x = host_tensor(x, c.batch, c.n_in, input_dtype_of(c, t));
-    d.params = host_tensor(p, 1, static_cast<int64_t>(net.n_params()), t);
-    d.dL_dy = host_tensor(g, c.batch, c.n_out, net.output_dtype());
-    return d;
-}
-
-Tensor widen_to_f64(const Tensor& t) {
-    Tensor out(t.rows(), t.cols(), DType::f64);
-    const std::vector<double> v = t.to_double_vector();
-    if (!v.empty()) std::memcpy(out.data(), v.data(), v.size() * sizeof(double));
-    return out;
-}
-
-struct MlpResult {
-    std::vector<double> y, y_inference, dL_dinput, dL_dparams;
-};
-
-std::vector<float> narrow(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
-
-// MlpReference<T> on the CPU. T = double: everything in fp64 from the same (already rounded) data;
-// otherwise the naive computation in the network's precision with the GPU's dtypes.
-template <typename T> MlpResult run_reference(const Network& net, const MlpData& d) {
-    const bool wide = std::is_same_v<T, double>;
-    const Tensor x = wide ? widen_to_f64(d.x) : d.x.to(Device::cpu());
-    const Tensor g = wide ? widen_to_f64(d.dL_dy) : d.dL_dy.to(Device::cpu());
-    std::vector<T> params(net.n_params());
-    const std::vector<double> pd = d.params.to_double_vector();
-    for (size_t i = 0; i < params.size(); ++i) params[i] = T(pd[i]);
-    const int64_t rows = x.rows();
-    Tensor y(rows, net.n_output_dims(), wide ? DType::f64 : net.output_dtype());
-    Tensor dx(rows, net.n_input_dims(), x.dtype());
-    const MlpReference<T> ref(net.layout());
-    auto ctx = ref.forward(x.view(), y.view(), params.data(), true);
-    std::vector<T> dp(net.n_params());
-    View dx_view = dx.view();
-    ref.backward(*ctx, g.view(), &dx_view, dp.data(), params.data(), GradMode::overwrite);
-    MlpResult r;
-    r.y = r.y_inference = y.to_double_vector();
-    r.dL_dinput = dx.to_double_vector();
-    for (const T& v : dp) r.dL_dparams.push_back(static_cast<double>(static_cast<acc_t<T>>(v)));
-    return r;
-}
-
-MlpResult run_naive(const Network& net, const MlpData& d) {
-    switch (net.param_dtype()) {
-        case DType::f16: return run_reference<tnn::half>(net, d);
-        case DType::bf16: return run_reference<bfloat16>(net, d);
-        default: return run_reference<float>(net, d);
-    }
-}
-
-struct GpuTensors {
-    Tensor x, p, g;
-};
-
-GpuTensors upload(const MlpData& d, Device dev) { return {d.x.to(dev), d.params.to(dev), d.dL_dy.to(dev)}; }
-
-// One forward + inference + backward (overwrite, into buffers filled with garbage first) on the GPU.
-MlpResult run_gpu(const Network& net, const Stream& stream, const MlpData& d) {
-    const Device dev = stream.device();
-    const GpuTensors in = upload(d, dev);
-    const int64_t rows = d.x.rows(), n_params = static_cast<int64_t>(net.n_params());
-    Tensor y(rows, net.n_output_dims(), net.output_dtype(), dev), yi(rows, net.n_output_dims(), net.output_dtype(), dev);
-    Tensor dx(rows, net.n_input_dims(), d.x.dtype(), dev), dp(1, n_params, net.param_dtype(), dev);
-    fill(stream, dx.view(), 7.0);
-    fill(stream, dp.view(), 7.0);
-    auto ctx = net.forward(stream, in.x.view(), y.view(), in.p.data(), true);
-    net.inference(stream, in.x.view(), yi.view(), in.p.data());
-    View dx_view = dx.view();
-    net.backward(stream, *ctx, in.x.view(), y.view(), in.g.view(), &dx_view, dp.data(), in.p.data(), GradMode::overwrite);
-    stream.synchronize();
-    return {y.to(Device::cpu()).to_double_vector(), yi.to(Device::cpu()).to_double_vector(),
-            dx.to(Device::cpu()).to_double_vector(), dp.to(Device::cpu()).to_double_vector()};
-}
-
-void expect_same_bits(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
-    tnn::test::expect_same_bits(narrow(a), narrow(b), what);  // values are fp32 / fp16 / bf16: exact in float
-}
-
-// Compares every result with the fp64 reference, allowing the error of the naive computation in the
-// network's precision (eps: the network dtype's; 16-bit networks round activations and gradients to
-// it between layers, which dominates whatever dtype the input or output has).
-void expect_matches(const Network& net, int64_t batch, const MlpResult& got, const MlpResult& ref,
-                    const MlpResult& naive, double eps, const std::string& label) {
-    const MlpTermCounts n = mlp_term_counts(net.layout(), batch);
-    expect_matches_reference(narrow(got.y), ref.y, narrow(naive.y), {eps, n.forward}, label + " forward output");
-    expect_matches_reference(narrow(got.y_inference), ref.y, narrow(naive.y), {eps, n.forward},
-                             label + " inference output");
-    expect_matches_reference(narrow(got.dL_dinput), ref.dL_dinput, narrow(naive.dL_dinput), {eps, n.input_grad},
-                             label + " dL/dinput");
-    expect_matches_reference(narrow(got.dL_dparams), ref.dL_dparams, narrow(naive.dL_dparams), {eps, n.param_grad},
-                             label + " dL/dparams");
-}
 
 // Sets the epilogue policy for a scope.
 class EpiloguePolicy {
@@ -257,147 +36,54 @@ private:
 
 const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 
-// ---- The case list, every dtype, fused and unfused.
+// BlasLtMLP in a dtype (float32 without TF32).
+const MlpBackend& blaslt_backend(DType t) { return network_backend_named(std::string("BlasLtMLP_") + dtype_name(t)); }
 
-using Param = std::tuple<MlpCase, DType, bool>;
-class BlasLtMlpCases : public ::testing::TestWithParam<Param> {};
+// ---- The case list on every BlasLtMLP backend, without the fused epilogues (with them:
+// test_gpu_networks.cpp).
 
-TEST_P(BlasLtMlpCases, MatchesFp64Reference) {
-    const auto& [c, dtype, fused] = GetParam();
-    TNN_SKIP_WITHOUT_BLASLT_GPU();
-    EpiloguePolicy policy(fused);
-    const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
-    const MlpData data = make_data(c, *net, 1234);
-    TestStream stream(Device::gpu(0));
-    const MlpResult got = run_gpu(*net, stream, data);
-    // Forward and inference run the same plans and kernels: same bits.
-    expect_same_bits(got.y, got.y_inference, "forward vs inference");
-    if (c.batch == 0) {
-        for (double v : got.dL_dparams) ASSERT_EQ(v, 0.0) << "an empty batch must give a zero gradient";
-        return;
-    }
-    const MlpResult ref = run_reference<double>(*net, data);
-    const MlpResult naive = run_naive(*net, data);
-    expect_matches(*net, c.batch, got, ref, naive, dtype_epsilon(dtype), c.name);
+using Param = std::tuple<MlpBackend, MlpCase>;
+class BlasLtMlpUnfused : public ::testing::TestWithParam<Param> {};
+
+TEST_P(BlasLtMlpUnfused, MatchesFp64Reference) {
+    const auto& [b, c] = GetParam();
+    TNN_SKIP_UNLESS_NETWORK_USABLE(b);
+    EpiloguePolicy policy(false);
+    expect_case_matches_fp64(b, c);
 }
 
-std::string param_name(const ::testing::TestParamInfo<Param>& info) {
-    return std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param)) +
-           (std::get<2>(info.param) ? "_fused" : "_unfused");
+std::vector<MlpBackend> blaslt_backends() {
+    std::vector<MlpBackend> v;
+    for (const MlpBackend& b : gpu_network_backends())
+        if (b.config["otype"] == "BlasLtMLP") v.push_back(b);
+    return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, BlasLtMlpCases,
-                         ::testing::Combine(::testing::ValuesIn(mlp_cases()), ::testing::ValuesIn(kDtypes),
-                                            ::testing::Bool()),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(Cases, BlasLtMlpUnfused,
+                         ::testing::Combine(::testing::ValuesIn(blaslt_backends()),
+                                            ::testing::ValuesIn(gpu_network_cases())),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                             return std::get<0>(info.param).label + "_" + std::get<1>(info.param).name;
+                         });
 
-// ---- GPU-only properties.
+// ---- GPU properties of BlasLtMLP alone.
 
 class BlasLtMlpDtypes : public ::testing::TestWithParam<DType> {};
 
 std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) { return dtype_name(info.param); }
 
-TEST_P(BlasLtMlpDtypes, TrainingIsBitwiseReproducible) {
-    TNN_SKIP_WITHOUT_BLASLT_GPU();
-    // Single-slab and split weight-gradient reductions, fused ReLU and unfused SiLU, a tail slab.
-    for (const char* name : {"relu_w64_d2_b1000", "silu_silu_w33_d2_bias", "relu_w256_d4_b4097", "silu_w256_d1_b4097"}) {
-        const MlpCase& c = case_named(name);
-        const auto net = create_network(c.n_in, c.n_out, config_for(c, GetParam()));
-        const MlpData data = make_data(c, *net, 99);
-        TestStream stream(Device::gpu(0));
-        const MlpResult a = run_gpu(*net, stream, data);
-        free_temporary_memory();  // the second run gets other memory: the bits must not depend on it
-        const MlpResult b = run_gpu(*net, stream, data);
-        expect_same_bits(a.y, b.y, c.name + " output");
-        expect_same_bits(a.y_inference, b.y_inference, c.name + " inference output");
-        expect_same_bits(a.dL_dparams, b.dL_dparams, c.name + " dL/dparams");
-        expect_same_bits(a.dL_dinput, b.dL_dinput, c.name + " dL/dinput");
-    }
-}
-
-TEST_P(BlasLtMlpDtypes, AccumulateAddsToTheGradient) {
-    TNN_SKIP_WITHOUT_BLASLT_GPU();
-    const DType dtype = GetParam();
-    // Batch 7: the weight-gradient GEMM writes (beta = 1); batch 1000 / 4097: slab partials, then the
-    // ordered sum adds the old value. Both have bias gradients and padded output rows.
-    for (const char* name : {"relu_w16_d1_b7", "silu_silu_w33_d2_bias", "relu_w128_d3_reluout_b4097"}) {
-        const MlpCase& c = case_named(name);
-        const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
-        const MlpData data = make_data(c, *net, 5);
-        TestStream stream(Device::gpu(0));
-        const std::vector<double> once = run_gpu(*net, stream, data).dL_dparams;
-        const Device gpu = Device::gpu(0);
-        const GpuTensors in = upload(data, gpu);
-        Tensor y(c.batch, c.n_out, net->output_dtype(), gpu);
-        Tensor dp(1, static_cast<int64_t>(net->n_params()), dtype, gpu);
-        fill(stream, dp.view(), 0.5);
-        auto ctx = net->forward(stream, in.x.view(), y.view(), in.p.data(), false);
-        net->backward(stream, *ctx, in.x.view(), y.view(), in.g.view(), nullptr, dp.data(), in.p.data(),
-                      GradMode::accumulate);
-        const std::vector<double> acc = dp.to(Device::cpu(), stream).to_double_vector();
-        const MlpLayout& l = net->layout();
-        const size_t out_w = l.weight_offset(l.n_hidden_layers);
-        for (size_t i = 0; i < acc.size(); ++i) {
-            // Padded output rows (weights and biases) receive nothing: they keep the old value exactly.
-            const bool padded_weight = i >= out_w + static_cast<size_t>(l.n_output_dims) * l.width &&
-                                       i < out_w + static_cast<size_t>(l.padded_output_dims) * l.width;
-            const bool padded_bias = l.bias && i >= l.bias_offset(l.n_hidden_layers) + l.n_output_dims;
-            if (padded_weight || padded_bias) {
-                ASSERT_EQ(acc[i], 0.5) << c.name << ": padded parameter " << i << " changed";
-                continue;
-            }
-            if (dtype == DType::f32) {
-                // One fp32 addition of the same fp32 sum, as the kernels do: the same bits.
-                ASSERT_EQ(static_cast<float>(acc[i]), 0.5f + static_cast<float>(once[i])) << c.name << " [" << i << "]";
-            } else {
-                // The kernels add the fp32 sum to 0.5 and round once; `once` is that sum already rounded
-                // to the dtype: the two differ by at most half an ulp of each (eps * (|a| + |b|) / 2).
-                // (2^-24: the spacing of fp16 subnormals, where the relative bound does not hold.)
-                const double want = 0.5 + once[i], eps = dtype_epsilon(dtype);
-                ASSERT_LE(std::fabs(acc[i] - want), eps * (std::fabs(want) + std::fabs(once[i])) + std::ldexp(1.0, -24))
-                    << c.name << " [" << i << "]: " << acc[i] << " vs 0.5 + " << once[i];
-            }
-        }
-    }
-}
-
-TEST_P(BlasLtMlpDtypes, BackwardOnAnotherStreamThanForward) {
-    TNN_SKIP_WITHOUT_BLASLT_GPU();
-    const MlpCase& c = case_named("sine_w100_d3_b1000");
-    const auto net = create_network(c.n_in, c.n_out, config_for(c, GetParam()));
-    const MlpData d = make_data(c, *net, 3);
-    TestStream s1(Device::gpu(0)), s2(Device::gpu(0));
-    const MlpResult want = run_gpu(*net, s1, d);
-    const Device gpu = Device::gpu(0);
-    const GpuTensors in = upload(d, gpu);
-    Tensor y(c.batch, c.n_out, net->output_dtype(), gpu), dp(1, static_cast<int64_t>(net->n_params()), GetParam(), gpu);
-    Tensor dx(c.batch, c.n_in, d.x.dtype(), gpu);
-    // No synchronisation: the backward on s2 must itself wait for the forward's work on s1.
-    auto ctx = net->forward(s1, in.x.view(), y.view(), in.p.data(), false);
-    View dx_view = dx.view();
-    net->backward(s2, *ctx, in.x.view(), y.view(), in.g.view(), &dx_view, dp.data(), in.p.data(), GradMode::overwrite);
-    ctx.reset();
-    // New work on s1 may reuse the context's memory: it must wait for the backward on s2.
-    Tensor scratch = Tensor::temporary(s1, c.batch * int64_t(net->n_hidden_layers()), 128, DType::f32);
-    fill(s1, scratch.view(), -1.0);
-    s2.stream().synchronize();
-    s1.stream().synchronize();
-    expect_same_bits(dp.to(Device::cpu()).to_double_vector(), want.dL_dparams, "dL/dparams, backward on another stream");
-    expect_same_bits(dx.to(Device::cpu()).to_double_vector(), want.dL_dinput, "dL/dinput, backward on another stream");
-}
-
 TEST_P(BlasLtMlpDtypes, ThreadsShareOneModule) {
     TNN_SKIP_WITHOUT_BLASLT_GPU();
     // Two host threads, each with its own stream, drive the same (const) module at once: the shared
     // plan cache must give each the same results as a lone caller.
-    const MlpCase& c = case_named("relu_odd_w100_d2_b1000");
-    const auto net = create_network(c.n_in, c.n_out, config_for(c, GetParam()));
+    const MlpCase& c = gpu_case_named("relu_odd_w100_d2_b1000");
+    const auto net = create_network(c.n_in, c.n_out, config_for(blaslt_backend(GetParam()), c));
     const MlpData d1 = make_data(c, *net, 11), d2 = make_data(c, *net, 22);
     MlpResult want1, want2;
     {
         TestStream s(Device::gpu(0));
-        want1 = run_gpu(*net, s, d1);
-        want2 = run_gpu(*net, s, d2);
+        want1 = run_placed(*net, d1, s, false);
+        want2 = run_placed(*net, d2, s, false);
     }
     free_temporary_memory();
     MlpResult got1, got2;
@@ -405,7 +91,7 @@ TEST_P(BlasLtMlpDtypes, ThreadsShareOneModule) {
     auto worker = [&](const MlpData& d, MlpResult& out, std::string& error) {
         try {
             TestStream s(Device::gpu(0));
-            for (int i = 0; i < 3; ++i) out = run_gpu(*net, s, d);
+            for (int i = 0; i < 3; ++i) out = run_placed(*net, d, s, false);
         } catch (const std::exception& e) {
             error = e.what();
         }
@@ -424,71 +110,19 @@ TEST_P(BlasLtMlpDtypes, ThreadsShareOneModule) {
     expect_same_bits(got2.dL_dinput, want2.dL_dinput, "thread 2 dL/dinput");
 }
 
-#ifdef TNN_WITH_GPU
-TEST_P(BlasLtMlpDtypes, TrainingStepAndInferenceReplayFromCapturedGraphs) {
-    TNN_SKIP_WITHOUT_BLASLT_GPU();
-    for (const char* name : {"relu_w64_d2_b1000", "silu_w256_d1_b4097"}) {
-        const MlpCase& c = case_named(name);
-        const auto net = create_network(c.n_in, c.n_out, config_for(c, GetParam()));
-        const MlpData d = make_data(c, *net, 8);
-        TestStream stream(Device::gpu(0));
-        const Device gpu = Device::gpu(0);
-        const GpuTensors in = upload(d, gpu);
-        Tensor y(c.batch, c.n_out, net->output_dtype(), gpu), yi(c.batch, c.n_out, net->output_dtype(), gpu);
-        Tensor dp(1, static_cast<int64_t>(net->n_params()), GetParam(), gpu), dx(c.batch, c.n_in, d.x.dtype(), gpu);
-        // The step the graph records: a training step, then an inference.
-        auto step = [&] {
-            auto ctx = net->forward(stream, in.x.view(), y.view(), in.p.data(), true);
-            View dx_view = dx.view();
-            net->backward(stream, *ctx, in.x.view(), y.view(), in.g.view(), &dx_view, dp.data(), in.p.data(),
-                          GradMode::overwrite);
-            ctx.reset();
-            net->inference(stream, in.x.view(), yi.view(), in.p.data());
-        };
-        // Run eagerly once: the warm-up of the plans and the allocator, and the results to replay.
-        step();
-        stream.stream().synchronize();
-        const std::vector<double> want_y = y.to(Device::cpu()).to_double_vector();
-        const std::vector<double> want_dp = dp.to(Device::cpu()).to_double_vector();
-        const std::vector<double> want_dx = dx.to(Device::cpu()).to_double_vector();
-        expect_same_bits(yi.to(Device::cpu()).to_double_vector(), want_y, c.name + " eager inference vs forward");
-
-        TestGraph graph(stream);
-        try {
-            step();
-        } catch (const std::exception& e) {
-            FAIL() << "a warmed-up training step must be capturable: " << e.what();
-        }
-        ASSERT_TRUE(graph.end());
-        for (int replay = 0; replay < 2; ++replay) {
-            fill(stream, y.view(), 0.0);
-            fill(stream, yi.view(), 0.0);
-            fill(stream, dp.view(), 0.0);
-            fill(stream, dx.view(), 0.0);
-            ASSERT_TRUE(graph.launch());
-            stream.stream().synchronize();
-            expect_same_bits(y.to(Device::cpu()).to_double_vector(), want_y, c.name + " graph replay output");
-            expect_same_bits(yi.to(Device::cpu()).to_double_vector(), want_y, c.name + " graph replay inference");
-            expect_same_bits(dp.to(Device::cpu()).to_double_vector(), want_dp, c.name + " graph replay dL/dparams");
-            expect_same_bits(dx.to(Device::cpu()).to_double_vector(), want_dx, c.name + " graph replay dL/dinput");
-        }
-    }
-}
-#endif  // TNN_WITH_GPU
-
 TEST_P(BlasLtMlpDtypes, TheLibraryEpiloguesRunWhenOffered) {
     TNN_SKIP_WITHOUT_BLASLT_GPU();
     const DType dtype = GetParam();
     // Width 64, aligned biases: ReLU + bias fuse into every forward GEMM (RELU_AUX_BIAS for hidden
     // layers, BIAS for the output), and the backward's ReLU derivative into DRELU.
-    const MlpCase& c = case_named("relu_w64_d2_b1000");
-    const auto net = create_network(c.n_in, c.n_out, config_for(c, dtype));
+    const MlpCase& c = gpu_case_named("relu_w64_d2_b1000");
+    const auto net = create_network(c.n_in, c.n_out, config_for(blaslt_backend(dtype), c));
     const MlpData d = make_data(c, *net, 4);
     TestStream stream(Device::gpu(0));
     blaslt_mlp::Counters before = blaslt_mlp::counters();
     {
         EpiloguePolicy policy(true);
-        (void)run_gpu(*net, stream, d);
+        (void)run_placed(*net, d, stream, false);
     }
     blaslt_mlp::Counters after = blaslt_mlp::counters();
     const uint64_t fwd = after.forward_epilogues - before.forward_epilogues;
@@ -514,7 +148,7 @@ TEST_P(BlasLtMlpDtypes, TheLibraryEpiloguesRunWhenOffered) {
     before = blaslt_mlp::counters();
     {
         EpiloguePolicy policy(false);
-        (void)run_gpu(*net, stream, d);
+        (void)run_placed(*net, d, stream, false);
     }
     after = blaslt_mlp::counters();
     EXPECT_EQ(after.forward_epilogues, before.forward_epilogues);
@@ -525,26 +159,36 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, BlasLtMlpDtypes, ::testing::ValuesIn(kDtypes), 
 
 TEST(BlasLtMlpGpu, Tf32IsUsedOnlyWhenAskedFor) {
     TNN_SKIP_WITHOUT_BLASLT_GPU();
-    const MlpCase& c = case_named("tanh_w16_d4_b257");
-    json cfg = config_for(c, DType::f32);
-    const auto net32 = create_network(c.n_in, c.n_out, cfg);
-    cfg["tf32"] = true;
-    const auto net_tf32 = create_network(c.n_in, c.n_out, cfg);
+    const MlpCase& c = gpu_case_named("tanh_w16_d4_b257");
+    const auto net32 = create_network(c.n_in, c.n_out, config_for(blaslt_backend(DType::f32), c));
+    const auto net_tf32 = create_network(c.n_in, c.n_out, config_for(network_backend_named("BlasLtMLP_tf32"), c));
     EXPECT_EQ(net_tf32->hyperparams().value("tf32", false), true);
     EXPECT_FALSE(net32->hyperparams().contains("tf32"));
     const MlpData d = make_data(c, *net32, 17);
     TestStream stream(Device::gpu(0));
-    const MlpResult got32 = run_gpu(*net32, stream, d), got_tf32 = run_gpu(*net_tf32, stream, d);
-    const MlpResult ref = run_reference<double>(*net32, d);
+    const MlpResult got32 = run_placed(*net32, d, stream, false), got_tf32 = run_placed(*net_tf32, d, stream, false);
+    const MlpResult ref = run_fp64(*net32, d);
     // TF32 keeps 10 mantissa bits of each product's inputs, as fp16 does: its error is bounded like the
     // naive fp16 computation's (which also rounds the stored activations, so it is the larger one).
     // (The same seed draws the same values for the fp16 network, rounded to fp16.)
-    const auto net16 = create_network(c.n_in, c.n_out, config_for(c, DType::f16));
-    const MlpResult naive16 = run_reference<tnn::half>(*net16, make_data(c, *net16, 17));
-    expect_matches(*net32, c.batch, got_tf32, ref, naive16, dtype_epsilon(DType::f16), "tf32");
+    const auto net16 = create_network(c.n_in, c.n_out, config_for(blaslt_backend(DType::f16), c));
+    const MlpResult naive16 = run_naive(*net16, make_data(c, *net16, 17));
+    const MlpTermCounts n = mlp_term_counts(net32->layout(), c.batch);
+    const double eps = dtype_epsilon(DType::f16);
+    auto expect_matches = [&](const Tensor& got, const Tensor& want, const Tensor& naive, double terms,
+                              const std::string& what) {
+        expect_matches_reference(got.to_float_vector(), want.to_double_vector(), naive.to_float_vector(), {eps, terms},
+                                 "tf32 " + what);
+    };
+    expect_matches(got_tf32.y, ref.y, naive16.y, n.forward, "forward output");
+    expect_matches(got_tf32.y_inference, ref.y, naive16.y, n.forward, "inference output");
+    expect_matches(got_tf32.dL_dinput, ref.dL_dinput, naive16.dL_dinput, n.input_grad, "dL/dinput");
+    expect_matches(got_tf32.dL_dparams, ref.dL_dparams, naive16.dL_dparams, n.param_grad, "dL/dparams");
     // And TF32 really ran: its error is orders of magnitude above fp32's (2^-11 vs 2^-24 per rounding;
     // a factor 16 leaves room for lucky cancellations).
-    const double err32 = l2_distance(got32.y, ref.y), err_tf32 = l2_distance(got_tf32.y, ref.y);
+    const std::vector<double> want = ref.y.to_double_vector();
+    const double err32 = l2_distance(got32.y.to_double_vector(), want);
+    const double err_tf32 = l2_distance(got_tf32.y.to_double_vector(), want);
     EXPECT_GT(err_tf32, 16 * err32) << "tf32 output error " << err_tf32 << " vs fp32 " << err32;
 }
 
@@ -596,36 +240,6 @@ TEST(BlasLtMlpConfig, GpuCallsWithoutTheLibraryNameTheAlternatives) {
         EXPECT_EQ(std::string(e.what()), blaslt_mlp::kUnavailableMessage);
     }
     EXPECT_THROW(net->forward(stream, x.view(), y.view(), p.data(), false), UnsupportedError);
-    stream.synchronize();
-}
-
-TEST(BlasLtMlpGpu, BadCallsRaiseTypedErrors) {
-    TNN_SKIP_WITHOUT_BLASLT_GPU();
-    const Device gpu = Device::gpu(0);
-    const Stream stream = Stream::gpu(nullptr, 0);
-    const auto net = create_network(3, 2, {{"otype", "BlasLtMLP"}, {"n_neurons", 16}, {"n_hidden_layers", 1}, {"dtype", "float16"}});
-    Tensor params(1, static_cast<int64_t>(net->n_params()), DType::f16, gpu);
-    fill(stream, params.view(), 0.1);
-    Tensor x(10, 3, DType::f32, gpu), y(10, 2, DType::f16, gpu), y32(10, 2, DType::f32, gpu);
-    fill(stream, x.view(), 0.5);
-    std::vector<tnn::half> host_params(net->n_params(), tnn::half(0.1f));
-    EXPECT_THROW(net->inference(stream, x.view(), y.view(), host_params.data()), DeviceError);
-    EXPECT_THROW(net->inference(stream, x.view(), y32.view(), params.data()), DTypeError);  // output_dtype is fp16
-    Tensor xb(10, 3, DType::bf16, gpu);
-    EXPECT_THROW(net->inference(stream, xb.view(), y.view(), params.data()), DTypeError);
-    auto ctx = net->forward(stream, x.view(), y.view(), params.data(), false);
-    Tensor dp(1, static_cast<int64_t>(net->n_params()), DType::f16, gpu);
-    EXPECT_THROW(net->backward(stream, *ctx, x.view().rows_slice(0, 5), y.view().rows_slice(0, 5),
-                               y.view().rows_slice(0, 5), nullptr, dp.data(), params.data(), GradMode::overwrite),
-                 ShapeError);
-    // A context from another module cannot drive this backward.
-    const auto other = create_network(3, 2, {{"otype", "PortableMLP"}, {"n_neurons", 16}, {"n_hidden_layers", 1}});
-    Tensor p32(1, static_cast<int64_t>(other->n_params()), DType::f32, gpu), yo(10, 2, DType::f32, gpu);
-    fill(stream, p32.view(), 0.1);
-    auto other_ctx = other->forward(stream, x.view(), yo.view(), p32.data(), false);
-    EXPECT_THROW(net->backward(stream, *other_ctx, x.view(), y.view(), y.view(), nullptr, dp.data(), params.data(),
-                               GradMode::overwrite),
-                 Error);
     stream.synchronize();
 }
 

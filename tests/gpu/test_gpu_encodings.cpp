@@ -1979,4 +1979,24 @@ TEST(EncodingsGpu, Fp64IsCpuOnly) {
     EXPECT_THROW(enc->inference(Stream::gpu(nullptr, 0), x.view(), y.view(), p.data()), UnsupportedError);
 }
 
+// A host gradient buffer would fault inside the kernels: refused up front (as every network's:
+// test_gpu_networks.cpp's NetworkGpuErrors).
+TEST(EncodingsGpu, HostParamGradientIsRefused) {
+    TNN_SKIP_WITHOUT_GPU();
+    const Device gpu = Device::gpu(0);
+    const Stream stream = Stream::gpu(nullptr, 0);
+    const auto grid = create_encoding(3, {{"otype", "HashGrid"}, {"n_levels", 2}, {"log2_hashmap_size", 8}}, DType::f32);
+    Tensor x(10, 3, DType::f32, gpu), gp(1, static_cast<int64_t>(grid->n_params()), DType::f32, gpu);
+    Tensor gy(10, grid->n_output_dims(), DType::f32, gpu);
+    fill(stream, x.view(), 0.5);
+    fill(stream, gp.view(), 0.01);
+    auto gctx = grid->forward(stream, x.view(), gy.view(), gp.data(), false);
+    std::vector<float> grid_grad(grid->n_params(), 7.0f);
+    EXPECT_THROW(grid->backward(stream, *gctx, x.view(), gy.view(), gy.view(), nullptr, grid_grad.data(), gp.data(),
+                                GradMode::overwrite),
+                 DeviceError);
+    EXPECT_EQ(grid_grad, std::vector<float>(grid->n_params(), 7.0f)) << "nothing written";
+    stream.synchronize();
+}
+
 }  // namespace

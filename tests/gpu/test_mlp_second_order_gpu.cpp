@@ -2,9 +2,8 @@
 // against their own CPU backend, which tests/cpp/test_mlp_second_order.cpp checks against fp64 finite
 // differences: the shared case list in every precision within the documented bound (mlp_gpu_bounds.h),
 // accumulation, replay from a captured graph, FullyFusedMLP's refusal, and a HashGrid + MLP model.
-#include "mlp_gpu_bounds.h"
+#include "mlp_gpu_cases.h"
 #include "mlp_second_order.h"
-#include "networks/blaslt_mlp.h"
 
 #include <tuple>
 
@@ -13,24 +12,21 @@ using namespace tnn::test;
 
 namespace {
 
-// The backends with a GPU second-order pass: BlasLtMLP in every precision, PortableMLP (float32).
+// The backends with a GPU second-order pass: every GPU backend but FullyFusedMLP (PortableMLP float32,
+// BlasLtMLP in every precision).
 const std::vector<MlpBackend>& second_order_backends() {
     static const std::vector<MlpBackend> b = [] {
         std::vector<MlpBackend> v;
-        for (const MlpBackend& x : mlp_backends())
-            if (x.config["otype"] == "BlasLtMLP") v.push_back(x);
-        v.push_back({"PortableMLP_float32", {{"otype", "PortableMLP"}, {"dtype", "float32"}}});
+        for (const MlpBackend& x : gpu_network_backends())
+            if (x.config["otype"] != "FullyFusedMLP") v.push_back(x);
         return v;
     }();
     return b;
 }
 
 bool usable_on_gpu(const MlpBackend& b, std::string& why) {
-    if (b.config["otype"] == "BlasLtMLP" && !blaslt_mlp::available()) {
-        why = blaslt_mlp::kUnavailableMessage;
-        return false;
-    }
-    return true;
+    why = gpu_unusable_reason(b);
+    return why.empty();
 }
 
 using Param = std::tuple<MlpBackend, MlpCase>;
