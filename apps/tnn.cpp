@@ -17,9 +17,23 @@ namespace {
 void print_info() {
     std::printf("tiny-rdna4-nn %s\n", tnn::version());
     std::printf("GPU backend: %s\n", tnn::gpu_backend_name());
+    if (tnn::has_gpu_backend()) {
+        // The list as CMake spelled it (a number: machine code and PTX; -real: machine code; -virtual: PTX).
+        const char* variable = std::string(tnn::gpu_backend_name()) == "HIP" ? "TNN_HIP_ARCHITECTURES" : "TNN_CUDA_ARCHITECTURES";
+        std::printf("GPU code built: %s (%s)\n", tnn::gpu_architectures().c_str(), variable);
+    }
     const int n = tnn::gpu_device_count();
     std::printf("GPU devices: %d\n", n);
-    for (int i = 0; i < n; ++i) std::printf("  gpu:%d  %s\n", i, tnn::gpu_device_description(i).c_str());
+    for (int i = 0; i < n; ++i) {
+        // A device this build has no code for is listed with the reason, not an error of the command.
+        std::string code;
+        try {
+            code = "runs " + tnn::gpu_device_code(i);
+        } catch (const tnn::DeviceError& e) {
+            code = std::string("NOT SUPPORTED by this build: ") + e.what();
+        }
+        std::printf("  gpu:%d  %s: %s\n", i, tnn::gpu_device_description(i).c_str(), code.c_str());
+    }
     std::printf("CPU threads: %d\n", tnn::num_threads());
     std::printf("precisions: float32, float16, bfloat16 (all devices; fp16/bf16 emulated on the CPU), float64 (CPU)\n");
     std::printf("encodings: %s\n", tnn::join(tnn::encoding_names()).c_str());

@@ -17,6 +17,15 @@ const char* gpu_backend_name();     // "CUDA", "HIP" or "none"
 int gpu_device_count();             // 0 without a backend or a device
 std::string gpu_device_description(int index);  // "NVIDIA H200 (sm_90, 132 SMs, 139 GiB)"
 bool gpu_available();               // a backend and at least one device
+// The GPU code compiled into this build, as the build named it: CUDA "80 86-real 89-real 90a-real
+// 100-real 120" (CMake's CUDA_ARCHITECTURES: machine code and PTX), HIP "gfx1201 gfx1100"; "" without
+// a GPU backend.
+std::string gpu_architectures();
+// Which of that code GPU `index` runs ("sm_90a machine code", "compute_120 PTX (compiled by the
+// driver)"). Throws DeviceError naming the GPU, its architecture, the code built and the variable to
+// rebuild with (TNN_CUDA_ARCHITECTURES / TNN_HIP_ARCHITECTURES) when it runs none: every GPU entry
+// point makes this check before its first use of a device.
+std::string gpu_device_code(int index);
 
 // CPU threads used by the CPU backend (default: hardware concurrency). Results never depend on it.
 void set_num_threads(int n);

@@ -357,6 +357,9 @@ PYBIND11_MODULE(_C, m) {
     m.def("has_gpu_backend", &tnn::has_gpu_backend);
     m.def("gpu_backend_name", &tnn::gpu_backend_name);
     m.def("gpu_device_count", &tnn::gpu_device_count);
+    m.def("gpu_device_description", &tnn::gpu_device_description);
+    m.def("gpu_architectures", &tnn::gpu_architectures);
+    m.def("gpu_device_code", &tnn::gpu_device_code);
     m.def("free_temporary_memory", &tnn::free_temporary_memory);
     m.def("memory_stats", [](int device) {
         const tnn::GpuMemoryStats s = tnn::gpu_memory_stats(device);

@@ -60,6 +60,29 @@ def memory_stats(device=None):
     return _C.memory_stats(int(device))
 
 
+def build_info():
+    """How this tinycudann was built and what it runs on: its version, the GPU backend ("CUDA", "HIP"
+    or "none"), the GPU architectures compiled in as the build named them (CUDA: CMake's spelling,
+    e.g. ["80", "86-real", "90a-real", "120"]; chosen at build time by TNN_CUDA_ARCHITECTURES,
+    docs/gpu.md) and, for each GPU present, the code it runs ("sm_90a machine code") or, when the
+    build has none for it, code None and the error that its first use raises."""
+    devices = []
+    for index in range(_C.gpu_device_count()):
+        device = {"index": index, "description": _C.gpu_device_description(index)}
+        try:
+            device["code"] = _C.gpu_device_code(index)
+        except TcnnError as e:
+            device["code"] = None
+            device["error"] = str(e)
+        devices.append(device)
+    return {
+        "version": _C.version(),
+        "gpu_backend": _C.gpu_backend_name(),
+        "gpu_architectures": _C.gpu_architectures().split(),
+        "devices": devices,
+    }
+
+
 def supports_jit_fusion():
     """tcnn's runtime-compiled kernel fusion does not exist here; modules always run unfused."""
     return False

@@ -13,6 +13,7 @@ namespace tnn::gpu_bridge {
 
 int device_count();
 std::string device_description(int device);
+std::string device_code(int device);  // tnn::gpu_device_code
 void* malloc(int device, size_t bytes);          // device memory; throws DeviceError on failure
 void free(int device, void* ptr) noexcept;
 bool is_device_pointer(const void* ptr, int device);  // memory the given device can read

@@ -1,4 +1,5 @@
 // Runtime facts (version, backends, devices) and process-wide switches.
+#include <tnn/error.h>
 #include <tnn/runtime.h>
 
 #include "core/gpu_bridge.h"
@@ -44,6 +45,22 @@ std::string gpu_device_description(int index) {
 }
 
 bool gpu_available() { return gpu_device_count() > 0; }
+
+std::string gpu_architectures() {
+#if defined(TNN_WITH_GPU) && defined(TNN_GPU_ARCHITECTURES)
+    return TNN_GPU_ARCHITECTURES;  // set by CMakeLists.txt for this file only
+#else
+    return "";
+#endif  // TNN_WITH_GPU && TNN_GPU_ARCHITECTURES
+}
+
+std::string gpu_device_code(int index) {
+#ifdef TNN_WITH_GPU
+    return gpu_bridge::device_code(index);
+#else
+    throw DeviceError(msg("gpu:", index, ": this build has no GPU backend"));
+#endif  // TNN_WITH_GPU
+}
 
 void free_temporary_memory() {
 #ifdef TNN_WITH_GPU

@@ -53,6 +53,7 @@ constexpr gpu_error_t gpu_success = hipSuccess;
 constexpr gpu_error_t gpu_error_no_device = hipErrorNoDevice;
 constexpr gpu_error_t gpu_error_insufficient_driver = hipErrorInsufficientDriver;
 constexpr gpu_error_t gpu_error_memory_allocation = hipErrorOutOfMemory;
+constexpr gpu_error_t gpu_error_no_kernel_image = hipErrorNoBinaryForGpu;
 constexpr auto gpu_memcpy_default = hipMemcpyDefault;
 constexpr auto gpu_event_disable_timing = hipEventDisableTiming;
 constexpr auto gpu_stream_non_blocking = hipStreamNonBlocking;
@@ -115,6 +116,7 @@ constexpr gpu_error_t gpu_success = cudaSuccess;
 constexpr gpu_error_t gpu_error_no_device = cudaErrorNoDevice;
 constexpr gpu_error_t gpu_error_insufficient_driver = cudaErrorInsufficientDriver;
 constexpr gpu_error_t gpu_error_memory_allocation = cudaErrorMemoryAllocation;
+constexpr gpu_error_t gpu_error_no_kernel_image = cudaErrorNoKernelImageForDevice;
 constexpr auto gpu_memcpy_default = cudaMemcpyDefault;
 constexpr auto gpu_event_disable_timing = cudaEventDisableTiming;
 constexpr auto gpu_stream_non_blocking = cudaStreamNonBlocking;
@@ -188,11 +190,14 @@ namespace tnn::gpu {
 
 // ---- Errors. Every runtime call goes through TNN_GPU_CHECK; every kernel launch is followed by
 // TNN_GPU_CHECK_LAUNCH("kernel_name"). Both throw DeviceError naming the call, the file and the line.
+// ("; this build's GPU code: <list> ..." after a missing kernel image: how to rebuild, see tnn info.)
+std::string no_kernel_image_hint();
 [[noreturn]] inline void throw_error(gpu_error_t err, const char* what, const char* file, int line) {
     // Reading the last error clears a non-sticky error, so that a later check does not report it again.
     (void)gpu_get_last_error();
     throw DeviceError(msg(what, " failed at ", file, ":", line, ": ", gpu_get_error_name(err), " (",
-                          gpu_get_error_string(err), ")"));
+                          gpu_get_error_string(err), ")",
+                          err == gpu_error_no_kernel_image ? no_kernel_image_hint() : std::string()));
 }
 
 #define TNN_GPU_CHECK(expr)                                                                \
@@ -272,7 +277,16 @@ struct DeviceProperties {
 int device_count();  // 0 when there is no driver or no device; never throws
 const DeviceProperties& device_properties(int device);  // throws DeviceError for a bad index
 
-// Makes `device` current for the scope (kernels launch and memory is allocated on the current device).
+// Whether the build holds code `device` can run (src/gpu/arch_list.h), asked of the runtime once per
+// device through a probe kernel compiled like every other: "sm_90a machine code" when it does; else
+// throws DeviceError naming the GPU, its architecture, the code built and the variable to rebuild
+// with. DeviceGuard makes the check, so every GPU entry point fails with that message before its
+// first launch instead of with the runtime's "no kernel image" at it.
+std::string device_code(int device);
+void require_device_code(int device);
+
+// Makes `device` current for the scope (kernels launch and memory is allocated on the current device),
+// after require_device_code(device).
 class DeviceGuard {
 public:
     explicit DeviceGuard(int device);

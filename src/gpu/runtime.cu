@@ -2,9 +2,13 @@
 // the device helpers declared in gpu.h. Kernels first, then the launchers and bridge entry points.
 #include "core/gpu_bridge.h"
 #include "gpu/allocator.h"
+#include "gpu/arch_list.h"
 #include "gpu/gpu.h"
 
+#include <tnn/runtime.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -68,6 +72,10 @@ void check_on_gpu(const char* what, const ConstView& v) {
     if (!v.device.is_gpu()) throw DeviceError(msg(what, ": ", describe(v), " is not on a GPU"));
     if (v.stride < v.cols) throw ShapeError(msg(what, ": ", describe(v), " has stride < cols"));
 }
+
+// Compiled for the build's architecture list like every other kernel: whether the runtime finds code
+// for a device in this module is whether it finds code in every one (device_code).
+__global__ void arch_probe_kernel() {}
 
 std::string arch_name(const gpu_device_prop_t& p) {
 #if defined(TNN_WITH_HIP)
@@ -144,7 +152,73 @@ const DeviceProperties& device_properties(int device) {
     return *slot;
 }
 
+namespace {
+
+struct CodeCheck {
+    bool runs = false;
+    std::string text;  // the code when it runs, else the error message
+};
+
+CodeCheck check_device_code(int device) {
+    const DeviceProperties& p = device_properties(device);  // throws for a bad index
+    int previous = -1;
+    TNN_GPU_CHECK(gpu_get_device(&previous));
+    if (previous != device) TNN_GPU_CHECK(gpu_set_device(device));
+    // The attributes of a kernel load its module for the current device: this fails exactly when the
+    // build has no code that device can run (or the driver cannot compile the PTX it has).
+    gpu_func_attributes_t attributes;
+    const gpu_error_t err = gpu_func_get_attributes(&attributes, arch_probe_kernel);
+    (void)gpu_get_last_error();
+    if (previous != device) (void)gpu_set_device(previous);
+    const std::string error = err == gpu_success ? "" : msg(gpu_get_error_name(err), ": ", gpu_get_error_string(err));
+    const std::string label = msg("gpu:", device, " ", p.name);
+#if defined(TNN_WITH_HIP)
+    DeviceCode code = hip_device_code(tnn::gpu_architectures(), label, p.arch, error);
+#else
+    DeviceCode code = cuda_device_code(tnn::gpu_architectures(), label, p.capability, error);
+#endif  // TNN_WITH_HIP
+    // The runtime is the authority: code it loaded that the list did not predict is still code it runs.
+    if (err == gpu_success && !code.runs) return CodeCheck{true, msg("code of binary version ", attributes.binaryVersion)};
+    return CodeCheck{code.runs, code.runs ? code.code : code.message};
+}
+
+const CodeCheck& cached_device_code(int device) {
+    static std::mutex mutex;
+    static std::vector<std::unique_ptr<CodeCheck>> cache;
+    const int n = device_count();
+    if (device < 0 || device >= n) throw DeviceError(msg("no GPU with index ", device, " (", n, " present)"));
+    std::lock_guard<std::mutex> lock(mutex);
+    if (cache.empty()) cache.resize(static_cast<size_t>(n));
+    auto& slot = cache[static_cast<size_t>(device)];
+    if (!slot) slot = std::make_unique<CodeCheck>(check_device_code(device));
+    return *slot;
+}
+
+}  // namespace
+
+std::string device_code(int device) {
+    const CodeCheck& c = cached_device_code(device);
+    if (!c.runs) throw DeviceError(c.text);
+    return c.text;
+}
+
+void require_device_code(int device) {
+    // Devices whose code was found, as bits (a lock-free test on every DeviceGuard); beyond 64 devices
+    // the cached check under its lock.
+    static std::atomic<uint64_t> found{0};
+    const bool bit = device >= 0 && device < 64;
+    if (bit && (found.load(std::memory_order_acquire) >> device & 1u)) return;
+    (void)device_code(device);
+    if (bit) found.fetch_or(uint64_t{1} << device, std::memory_order_acq_rel);
+}
+
+std::string no_kernel_image_hint() {
+    return msg("; this build's GPU code is \"", tnn::gpu_architectures(),
+               "\" (`tnn info` shows which GPUs it covers; docs/gpu.md, GPU architectures)");
+}
+
 DeviceGuard::DeviceGuard(int device) {
+    require_device_code(device);
     TNN_GPU_CHECK(gpu_get_device(&m_previous));
     if (m_previous != device) TNN_GPU_CHECK(gpu_set_device(device));
 }
@@ -193,6 +267,8 @@ std::string device_description(int device) {
     const DeviceProperties& p = device_properties(device);
     return msg(p.name, " (", p.arch, ", ", p.sm_count, " SMs, ", p.total_memory >> 30, " GiB)");
 }
+
+std::string device_code(int device) { return gpu::device_code(device); }
 
 void* malloc(int device, size_t bytes) {
     if (bytes == 0) return nullptr;

@@ -161,15 +161,21 @@ void check_wgmma_case(const MlpCase& c, DType dtype, const std::string& what, co
     }
 }
 
-// Whether the wgmma backward kernel of `width` runs here, in both dtypes (an sm_90a build on an sm_90
-// GPU must have it: a failure, not a skip).
+// Whether the wgmma backward kernel of `width` runs here, in both dtypes. The choice is the device's
+// compute capability and the build's code together: an sm_90a build on an sm_90 GPU must have it (a
+// failure, not a skip); any other GPU, or a build without sm_90a (TNN_CUDA_ARCHITECTURES=90 or 80),
+// must not, and runs the mma.sync kernel instead.
 bool wgmma_here(int width) {
     const bool available = ffm::wgmma_backward_available(0, DType::f16, width);
-#ifdef TNN_TEST_EXPECT_WGMMA
-    if (gpu::device_properties(0).capability == gpu::kCcHopper)
+#if defined(TNN_TEST_EXPECT_WGMMA)
+    const bool hopper = gpu::device_properties(0).capability == gpu::kCcHopper;
+    if (TNN_TEST_EXPECT_WGMMA && hopper)
         EXPECT_TRUE(available) << "an sm_90a build on an sm_90 GPU must have the width-" << width
                                << " wgmma backward kernel";
-#endif
+    if (!TNN_TEST_EXPECT_WGMMA || !hopper)
+        EXPECT_FALSE(available) << "the width-" << width << " wgmma backward kernel on "
+                                << gpu::device_properties(0).arch << " with a build of \"" << gpu_architectures() << "\"";
+#endif  // TNN_TEST_EXPECT_WGMMA
     if (available) EXPECT_TRUE(ffm::wgmma_backward_available(0, DType::bf16, width)) << width;
     return available;
 }

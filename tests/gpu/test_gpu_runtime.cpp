@@ -5,6 +5,7 @@
 
 #ifdef TNN_WITH_GPU
 #include "core/gpu_bridge.h"
+#include "gpu/arch_list.h"
 #endif  // TNN_WITH_GPU
 
 #include <cmath>
@@ -54,6 +55,26 @@ TEST(GpuDevice, PropertiesAndDescription) {
               << p.smem_per_block_optin / 1024 << " KiB opt-in\n";
     EXPECT_THROW(gpu::device_properties(gpu_device_count()), DeviceError);
     EXPECT_THROW(gpu_device_description(-1), DeviceError);
+}
+
+// The build's code for the device: the device check finds code, and, for CUDA, the code the rules of
+// src/gpu/arch_list.h predict from the list and the capability (an sm_90a build on an H100 / H200:
+// "sm_90a machine code"; a build for 90: "sm_90 machine code"; 80 only: "compute_80 PTX").
+TEST(GpuDevice, BuildHasCodeForTheDevice) {
+    TNN_SKIP_WITHOUT_GPU();
+    const std::string built = gpu_architectures();
+    ASSERT_FALSE(built.empty());
+    const std::string code = gpu_device_code(0);
+    std::cout << "build \"" << built << "\", device 0 (" << gpu::device_properties(0).arch << ") runs " << code << "\n";
+    EXPECT_EQ(gpu::device_code(0), code);
+    EXPECT_NO_THROW(gpu::require_device_code(0));
+#if defined(TNN_WITH_CUDA)
+    const gpu::CudaCode predicted =
+        gpu::cuda_code_for(gpu::parse_cuda_architectures(built), gpu::device_properties(0).capability);
+    ASSERT_TRUE(predicted.found);
+    EXPECT_EQ(code, gpu::describe_cuda_code(predicted));
+#endif  // TNN_WITH_CUDA
+    EXPECT_THROW(gpu_device_code(gpu_device_count()), DeviceError);
 }
 
 TEST(GpuDevice, DevicePointerCheck) {

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import tinycudann as tcnn
+from tinycudann import _C
 from tnn_test_utils import CPU, mlp_config, mlp_n_params
 
 
@@ -14,6 +15,20 @@ def test_exports():
     assert tcnn.supports_jit_fusion() is False
     tcnn.free_temporary_memory()  # callable without a GPU
     assert isinstance(tcnn.__version__, str) and tcnn.__version__
+
+
+def test_build_info():
+    info = tcnn.build_info()
+    assert set(info) == {"version", "gpu_backend", "gpu_architectures", "devices"}
+    assert info["version"] == tcnn.__version__
+    assert info["gpu_backend"] in ("CUDA", "HIP", "none")
+    # The architectures compiled in: none without a GPU backend, CMake's entries with one ("90a-real").
+    assert isinstance(info["gpu_architectures"], list)
+    assert (info["gpu_backend"] == "none") == (info["gpu_architectures"] == [])
+    assert len(info["devices"]) == _C.gpu_device_count()
+    for device in info["devices"]:
+        assert device["description"]
+        assert device["code"] is not None or "TNN_" in device["error"], device
 
 
 def test_network_attributes_and_params():

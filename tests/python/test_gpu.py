@@ -482,3 +482,13 @@ def test_free_temporary_memory_after_gpu_work():
     tcnn.free_temporary_memory()
     torch.cuda.synchronize()
     assert _C.has_gpu_backend()
+
+
+def test_build_has_code_for_the_device():
+    # The build's architectures cover the GPU it is tested on; build_info names the code it runs.
+    info = tcnn.build_info()
+    assert info["gpu_architectures"], info
+    device = info["devices"][torch.cuda.current_device()]
+    assert device["code"], device
+    if info["gpu_backend"] == "CUDA":
+        assert "machine code" in device["code"] or "PTX" in device["code"], device
