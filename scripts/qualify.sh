@@ -14,18 +14,20 @@
 #        with hipBLASLt required; CMAKE_ARGS, when set, replaces those defaults.
 # --keep: leave the scratch clone and install in place (their path is printed).
 # Environment: PYTHON (default python3: the interpreter that has torch), JOBS (build jobs, default all
-# cores), CMAKE_ARGS, TNN_CUDA / TNN_CUDA_ARCHITECTURES (python/setup.py), CC / CXX.
+# cores), CMAKE_ARGS, TNN_CUDA / TNN_CUDA_ARCHITECTURES (python/setup.py), CC / CXX. Without --hip,
+# TNN_CUDA or TNN_HIP, a machine whose torch sees no GPU (or --device cpu) builds the CPU-only package.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-evidence="" hip=0 keep=0 passthrough=()
+evidence="" hip=0 keep=0 device=auto passthrough=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --evidence-dir) evidence=${2:?--evidence-dir needs a folder}; shift 2 ;;
     --evidence-dir=*) evidence=${1#*=}; shift ;;
     --hip) hip=1; shift ;;
     --keep) keep=1; shift ;;
-    --device) passthrough+=("$1" "${2:?--device needs auto, cpu or cuda}"); shift 2 ;;
-    --device=*|--quick|--no-timing) passthrough+=("$1"); shift ;;
+    --device) device=${2:?--device needs auto, cpu or cuda}; shift 2 ;;
+    --device=*) device=${1#*=}; shift ;;
+    --quick|--no-timing) passthrough+=("$1"); shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "qualify.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -37,6 +39,13 @@ JOBS=${JOBS:-$(nproc)}
 if [ "$hip" = 1 ]; then
   export TNN_HIP=1
   export CMAKE_ARGS=${CMAKE_ARGS:-"-DTNN_HIP_ROCM_PATH=${ROCM:-/opt/rocm} -DTNN_HIP_ARCHITECTURES=${ARCH:-gfx1201} -DTNN_HIPBLASLT=ON"}
+elif [ -z "${TNN_CUDA:-}" ] && [ "${TNN_HIP:-0}" = 0 ]; then
+  # Build what will be tested: the package builds CUDA wherever nvcc is, but without a GPU for torch
+  # (or with --device cpu) only the CPU backends run, so the CPU-only package is built.
+  if [ "$device" = cpu ] || ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    export TNN_CUDA=0
+    echo "qualify.sh: no GPU for torch here (or --device cpu): building the CPU-only package (TNN_CUDA=0)"
+  fi
 fi
 
 commit=$(git -C "$root" rev-parse HEAD) || { echo "qualify.sh: $root is not a git checkout" >&2; exit 2; }
@@ -79,7 +88,7 @@ echo "== qualify"
 # From a folder outside the clone, so that only the install can be imported.
 (cd "$work" && PYTHONPATH="$work/site" PYTHONDONTWRITEBYTECODE=1 "$PY" "$work/src/scripts/qualify.py" \
    --evidence-dir "$evidence" --expect-install "$work/site" --source "$work/src" \
-   --install-json "$evidence/install.json" "${passthrough[@]}")
+   --install-json "$evidence/install.json" --device "$device" "${passthrough[@]}")
 rc=$?
 if [ $rc -eq 0 ]; then echo "RESULT: qualification passed (evidence in $evidence)"; else echo "RESULT: qualification FAILED (evidence in $evidence)"; fi
 exit $rc
