@@ -8,12 +8,13 @@
 #include <cstddef>
 #include <cstdint>
 
-// CUDA builds always link cuBLASLt (CMakeLists.txt). HIP builds have hipBLASLt only where the build
-// found it and defined TNN_WITH_HIPBLASLT (Debian's ROCm has none).
+// CUDA builds always link cuBLASLt (CMakeLists.txt). HIP builds have hipBLASLt where CMake found
+// ROCm's package and defined TNN_WITH_HIPBLASLT (cmake/hip.cmake; Debian has none): then its header
+// must be there, and a missing one is a build error, not a build without BlasLtMLP on the GPU.
 #if defined(TNN_WITH_CUDA)
 #include <cublasLt.h>
 #define TNN_HAS_BLASLT 1
-#elif defined(TNN_WITH_HIP) && defined(TNN_WITH_HIPBLASLT) && __has_include(<hipblaslt/hipblaslt.h>)
+#elif defined(TNN_WITH_HIP) && defined(TNN_WITH_HIPBLASLT)
 #include <hipblaslt/hipblaslt.h>
 #define TNN_HAS_BLASLT 1
 #else
@@ -23,7 +24,9 @@
 #if TNN_HAS_BLASLT
 
 // ---- Vendor mapping. Types are aliases, constants constexpr, functions macros. Keep both lists in
-// the same order.
+// the same order. hipBLASLt (ROCm 6.3+: hipblas-common's hipblasStatus_t / hipblasComputeType_t, HIP's
+// hipDataType) mirrors cuBLASLt's calls one for one; where it differs, the constexpr flags at the end
+// of each list say so and docs/amd.md names each difference.
 #if defined(TNN_WITH_CUDA)
 using gpu_blaslt_handle_t = cublasLtHandle_t;
 using gpu_blaslt_status_t = cublasStatus_t;
@@ -53,6 +56,7 @@ constexpr auto gpu_blaslt_desc_transa = CUBLASLT_MATMUL_DESC_TRANSA;
 constexpr auto gpu_blaslt_desc_transb = CUBLASLT_MATMUL_DESC_TRANSB;
 constexpr auto gpu_blaslt_desc_epilogue = CUBLASLT_MATMUL_DESC_EPILOGUE;
 constexpr auto gpu_blaslt_desc_bias_pointer = CUBLASLT_MATMUL_DESC_BIAS_POINTER;
+constexpr auto gpu_blaslt_desc_bias_data_type = CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE;
 constexpr auto gpu_blaslt_desc_aux_pointer = CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER;
 constexpr auto gpu_blaslt_desc_aux_ld = CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD;
 constexpr auto gpu_blaslt_layout_batch_count = CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT;
@@ -82,6 +86,9 @@ constexpr bool gpu_blaslt_has_selection_preferences = true;
 // RELU_AUX stores a bit mask of the ReLU conditions (leading dimension in bits, a multiple of 128),
 // which DRELU reads back.
 constexpr bool gpu_blaslt_has_relu_mask = true;
+// cuBLASLt documents an unset bias type as D's type (ours: the bias is fused only where D has the
+// network dtype), so the attribute is left unset.
+constexpr bool gpu_blaslt_sets_bias_data_type = false;
 #else
 using gpu_blaslt_handle_t = hipblasLtHandle_t;
 using gpu_blaslt_status_t = hipblasStatus_t;
@@ -105,8 +112,9 @@ constexpr gpu_blaslt_operation_t gpu_blaslt_op_n = HIPBLAS_OP_N;
 constexpr gpu_blaslt_operation_t gpu_blaslt_op_t = HIPBLAS_OP_T;
 constexpr gpu_blaslt_epilogue_t gpu_blaslt_epilogue_default = HIPBLASLT_EPILOGUE_DEFAULT;
 constexpr gpu_blaslt_epilogue_t gpu_blaslt_epilogue_bias = HIPBLASLT_EPILOGUE_BIAS;
-// hipBLASLt's RELU_AUX stores the pre-activation, not a mask, and older versions lack it: the HIP
-// build keeps ReLU in our own kernels (gpu_blaslt_has_relu_mask = false); these are placeholders.
+// hipBLASLt has no RELU_AUX / RELU_AUX_BIAS / DRELU epilogues (its AUX epilogues are GELU's, which
+// store the pre-activation): the HIP build keeps ReLU in our own kernels (gpu_blaslt_has_relu_mask =
+// false), and these never reach the library.
 constexpr gpu_blaslt_epilogue_t gpu_blaslt_epilogue_relu_aux = HIPBLASLT_EPILOGUE_DEFAULT;
 constexpr gpu_blaslt_epilogue_t gpu_blaslt_epilogue_relu_aux_bias = HIPBLASLT_EPILOGUE_DEFAULT;
 constexpr gpu_blaslt_epilogue_t gpu_blaslt_epilogue_drelu = HIPBLASLT_EPILOGUE_DEFAULT;
@@ -114,12 +122,14 @@ constexpr auto gpu_blaslt_desc_transa = HIPBLASLT_MATMUL_DESC_TRANSA;
 constexpr auto gpu_blaslt_desc_transb = HIPBLASLT_MATMUL_DESC_TRANSB;
 constexpr auto gpu_blaslt_desc_epilogue = HIPBLASLT_MATMUL_DESC_EPILOGUE;
 constexpr auto gpu_blaslt_desc_bias_pointer = HIPBLASLT_MATMUL_DESC_BIAS_POINTER;
+constexpr auto gpu_blaslt_desc_bias_data_type = HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE;
 constexpr auto gpu_blaslt_desc_aux_pointer = HIPBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER;
 constexpr auto gpu_blaslt_desc_aux_ld = HIPBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD;
 constexpr auto gpu_blaslt_layout_batch_count = HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT;
 constexpr auto gpu_blaslt_layout_strided_batch_offset = HIPBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET;
 constexpr auto gpu_blaslt_pref_max_workspace_bytes = HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES;
-// hipBLASLt has no reduction-scheme or alignment preferences; never passed there.
+// hipBLASLt's preferences are the workspace size and a search mode only: no reduction-scheme or
+// alignment preferences (gpu_blaslt_has_selection_preferences = false); never passed there.
 constexpr auto gpu_blaslt_pref_reduction_scheme_mask = HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES;
 constexpr auto gpu_blaslt_pref_min_alignment_a = HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES;
 constexpr auto gpu_blaslt_pref_min_alignment_b = HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES;
@@ -142,6 +152,9 @@ constexpr uint32_t gpu_blaslt_reduction_scheme_none = 0;
 inline const char* gpu_blaslt_status_name(gpu_blaslt_status_t) { return "hipblasStatus_t"; }
 constexpr bool gpu_blaslt_has_selection_preferences = false;
 constexpr bool gpu_blaslt_has_relu_mask = false;
+// hipBLASLt's header names no default for an unset bias type (its descriptor starts with an invalid
+// type): the bias's type is set on every bias epilogue.
+constexpr bool gpu_blaslt_sets_bias_data_type = true;
 #endif  // TNN_WITH_CUDA
 
 namespace tnn::gpu {

@@ -187,7 +187,8 @@ constexpr int64_t kMinBiasAlignment = 16;
 // Leading dimension of our own activation buffers: 8 elements keep every row 16-byte aligned, which
 // the tensor-core kernels want.
 constexpr int64_t kLdMultiple = 8;
-// Workspace the heuristic may ask for; split-K is off, so the chosen kernels rarely need any.
+// Workspace the heuristic may ask for; split-K is off on cuBLASLt (a preference hipBLASLt does not
+// have: docs/amd.md), so the chosen kernels rarely need any.
 constexpr uint64_t kMaxWorkspaceBytes = 8u << 20;
 // Plans of one module before the cache starts over (a workload with ever-new batch sizes).
 constexpr size_t kMaxPlans = 1024;
@@ -291,7 +292,12 @@ std::shared_ptr<GemmPlan> create_plan(gpu_blaslt_handle_t handle, const GemmSpec
     set_desc(p->desc, gpu_blaslt_desc_transa, op_a);
     set_desc(p->desc, gpu_blaslt_desc_transb, op_b);
     set_desc(p->desc, gpu_blaslt_desc_epilogue, library_epilogue(e));
-    if (epilogue_has_bias(e)) set_desc(p->desc, gpu_blaslt_desc_bias_pointer, bias);
+    if (epilogue_has_bias(e)) {
+        set_desc(p->desc, gpu_blaslt_desc_bias_pointer, bias);
+        // The bias is stored in the network dtype, the type of A and B (and of D: fused only then).
+        if constexpr (gpu_blaslt_sets_bias_data_type)
+            set_desc(p->desc, gpu_blaslt_desc_bias_data_type, static_cast<gpu_blaslt_data_type_t>(s.type_ab));
+    }
     if (epilogue_has_mask(e)) {
         set_desc(p->desc, gpu_blaslt_desc_aux_pointer, mask);
         set_desc(p->desc, gpu_blaslt_desc_aux_ld, s.mask_ld);

@@ -2,6 +2,7 @@
 // initialisation, hyperparams(), and the otype registry behind create_network.
 #include <tnn/network.h>
 
+#include "networks/blaslt_mlp.h"
 #include "networks/fused_loss.h"
 #include "networks/network_registry.h"
 
@@ -81,8 +82,111 @@ constexpr const char* kTcnnDefaultOtype = "MLP";
 void add_tcnn_name(Registry<NetworkFactory>& r, const std::string& name, const std::string& backend, DType dtype) {
     NetworkFactory f = r.get(backend);
     f.backend = backend;
+    f.name_origin = "tcnn";
     f.default_dtype = dtype;
     r.add(name, std::move(f));
+}
+
+// ---- The AMD RDNA4 port's names (DESIGN.md, docs/amd.md). Each is an explicit request for one of
+// our backends in one precision on an AMD GPU build that has it: HipBLASLtMLP = BlasLtMLP float32 and
+// HipBLASLtMLPFP16 = BlasLtMLP float16 on hipBLASLt, RocWMMAWidth64MLP = FullyFusedMLP at width 64 in
+// float16 on gfx12. A build without that backend on the GPU refuses the name at creation, whatever
+// the device of later calls, and says what to write instead: never another backend behind the name.
+
+// The build's GPU backend in the words of the refusals.
+enum class GpuBuild { none, cuda, hip };
+constexpr GpuBuild kGpuBuild =
+#if defined(TNN_WITH_CUDA)
+    GpuBuild::cuda;
+#elif defined(TNN_WITH_HIP)
+    GpuBuild::hip;
+#else
+    GpuBuild::none;
+#endif  // TNN_WITH_CUDA / TNN_WITH_HIP
+
+// True when the HIP build compiled device code for a gfx12 target (cmake/hip.cmake).
+constexpr bool kHipGfx12 =
+#if defined(TNN_HIP_GFX12)
+    true;
+#else
+    false;
+#endif  // TNN_HIP_GFX12
+
+struct PortName {
+    const char* name;
+    const char* backend;
+    DType dtype;
+    uint32_t width;       // the width the name fixes; 0: any (the backend's rules)
+    const char* meaning;  // "BlasLtMLP in float32 on hipBLASLt"
+    // What to write instead on a CUDA build, on a build without a GPU backend, and on a HIP build
+    // without the library or target the name needs (that last reason included).
+    const char* on_cuda;
+    const char* on_cpu;
+    const char* on_hip;
+    bool (*hip_has_it)();
+    const char* other_dtypes;  // where the other precisions are
+};
+
+bool hip_has_hipblaslt() { return blaslt_mlp::available(); }
+bool hip_has_gfx12() { return kHipGfx12; }
+
+const PortName kPortNames[] = {
+    {"HipBLASLtMLP", "BlasLtMLP", DType::f32, 0, "BlasLtMLP in float32 on hipBLASLt (an AMD GPU)",
+     "this build is CUDA: write \"otype\": \"BlasLtMLP\" (cuBLASLt, float32; tcnn's name: \"CutlassMLP\" with "
+     "\"dtype\": \"float32\")",
+     "this build has no GPU backend: write \"otype\": \"BlasLtMLP\" (float32, runs on the CPU) or \"PortableMLP\"",
+     "this HIP build has no hipBLASLt (ROCm's hipblaslt package, found by CMake: docs/amd.md): rebuild with it, or "
+     "write \"otype\": \"PortableMLP\" (float32 on the GPU)",
+     hip_has_hipblaslt,
+     "HipBLASLtMLPFP16 is the float16 name; for bfloat16 write \"otype\": \"BlasLtMLP\", \"dtype\": \"bfloat16\""},
+    {"HipBLASLtMLPFP16", "BlasLtMLP", DType::f16, 0, "BlasLtMLP in float16 on hipBLASLt (an AMD GPU)",
+     "this build is CUDA: write \"otype\": \"BlasLtMLP\", \"dtype\": \"float16\" (cuBLASLt; tcnn's name: "
+     "\"CutlassMLP\")",
+     "this build has no GPU backend: write \"otype\": \"BlasLtMLP\", \"dtype\": \"float16\" (runs on the CPU)",
+     "this HIP build has no hipBLASLt (ROCm's hipblaslt package, found by CMake: docs/amd.md): rebuild with it, or "
+     "write \"otype\": \"FullyFusedMLP\" (float16, widths 16-128, on gfx12) or \"PortableMLP\"",
+     hip_has_hipblaslt,
+     "HipBLASLtMLP is the float32 name; for bfloat16 write \"otype\": \"BlasLtMLP\", \"dtype\": \"bfloat16\""},
+    {"RocWMMAWidth64MLP", "FullyFusedMLP", DType::f16, 64,
+     "FullyFusedMLP at width 64 in float16 (WMMA on an AMD gfx12 GPU)",
+     "this build is CUDA: write \"otype\": \"FullyFusedMLP\", \"n_neurons\": 64, \"dtype\": \"float16\" (tensor "
+     "cores; tcnn's name: \"MegakernelMLP\")",
+     "this build has no GPU backend: write \"otype\": \"FullyFusedMLP\", \"n_neurons\": 64 (float16, runs on the "
+     "CPU) or \"PortableMLP\"",
+     "this HIP build has no gfx12 code (TNN_HIP_ARCHITECTURES): rebuild for gfx1201, or write \"otype\": "
+     "\"PortableMLP\"",
+     hip_has_gfx12,
+     "for bfloat16 write \"otype\": \"FullyFusedMLP\", \"n_neurons\": 64, \"dtype\": \"bfloat16\"; for float32 "
+     "\"BlasLtMLP\" or \"PortableMLP\""},
+};
+
+void add_port_name(Registry<NetworkFactory>& r, const PortName& p) {
+    const NetworkFactory& backend = r.get(p.backend);
+    NetworkFactory f;
+    f.backend = p.backend;
+    f.name_origin = "the RDNA4 port";
+    f.default_dtype = p.dtype;
+    // Every dtype the backend knows, so that the request (not the generic check) refuses the others.
+    f.dtypes = backend.dtypes;
+    if (p.width != 0) f.default_width = p.width;
+    f.check_build = [p] {
+        const char* instead = kGpuBuild == GpuBuild::cuda ? p.on_cuda
+                              : kGpuBuild == GpuBuild::none ? p.on_cpu
+                              : p.hip_has_it()              ? nullptr
+                                                            : p.on_hip;
+        if (instead) throw UnsupportedError(msg(p.name, " is the AMD RDNA4 port's name for ", p.meaning, "; ", instead));
+    };
+    f.create = [p, create = backend.create](const MlpLayout& l, DType t, DType out, ConfigReader& reader,
+                                            const std::string& who) {
+        if (t != p.dtype)
+            throw DTypeError(msg(who, ": the name fixes dtype ", dtype_name(p.dtype), ", got ", dtype_name(t), "; ",
+                                 p.other_dtypes));
+        if (p.width != 0 && l.width != p.width)
+            throw ConfigError(msg(who, ": the name fixes n_neurons ", p.width, ", got ", l.width,
+                                  "; write \"otype\": \"", p.backend, "\" for widths 16, 32, 128 (BlasLtMLP for any)"));
+        return create(l, t, out, reader, who);
+    };
+    r.add(p.name, std::move(f));
 }
 
 // The otype of a network config: its "otype" key, or tcnn's default when there is none.
@@ -107,6 +211,7 @@ const Registry<NetworkFactory>& network_registry() {
         add_tcnn_name(r, "CutlassMLP", "BlasLtMLP", DType::f16);
         add_tcnn_name(r, kTcnnDefaultOtype, "BlasLtMLP", DType::f16);
         add_tcnn_name(r, "MegakernelMLP", "FullyFusedMLP", DType::f16);
+        for (const PortName& p : kPortNames) add_port_name(r, p);
         return r;
     }();
     return registry;
@@ -130,8 +235,9 @@ std::unique_ptr<Network> create_network(uint32_t n_input_dims, uint32_t n_output
     // Errors name what the config asked for and, for tcnn's names, the backend that runs it.
     const std::string who = factory.backend.empty() ? name
                             : config.contains("otype")
-                                ? msg(name, " (tcnn's name for ", factory.backend, ")")
+                                ? msg(name, " (", factory.name_origin, "'s name for ", factory.backend, ")")
                                 : msg("network without 'otype' (tcnn's default, ", name, ": ", factory.backend, ")");
+    if (factory.check_build) factory.check_build();
     ConfigReader r(config, factory.backend.empty() ? name + " network" : who);
     if (n_input_dims == 0) throw ConfigError(msg(who, ": n_input_dims must be at least 1"));
     if (n_output_dims == 0) throw ConfigError(msg(who, ": n_output_dims must be at least 1"));
@@ -141,7 +247,7 @@ std::unique_ptr<Network> create_network(uint32_t n_input_dims, uint32_t n_output
     layout.n_output_dims = n_output_dims;
     layout.padded_input_dims = next_multiple(n_input_dims, 16);
     layout.padded_output_dims = next_multiple(n_output_dims, 16);
-    layout.width = r.get_uint("n_neurons", 128, 1, 4096);
+    layout.width = r.get_uint("n_neurons", factory.default_width, 1, 4096);
     layout.n_hidden_layers = r.get_uint("n_hidden_layers", 5, 0, 64);
     layout.bias = r.get_bool("bias", false);
     layout.input_pad_value = input_pad_value;

@@ -18,9 +18,17 @@ struct NetworkFactory {
     std::function<std::unique_ptr<Network>(const MlpLayout&, DType dtype, DType output_dtype, ConfigReader&,
                                            const std::string& who)>
         create;
-    // For tcnn's names of a backend (CutlassMLP, MLP, MegakernelMLP): the backend's own name; empty
-    // for the backend's own entry. The module reports the backend's name (hyperparams round-trip).
+    // For other projects' names of a backend (tcnn's CutlassMLP, MLP, MegakernelMLP; the RDNA4 port's
+    // HipBLASLtMLP, HipBLASLtMLPFP16, RocWMMAWidth64MLP): the backend's own name, and whose name it is
+    // ("tcnn", "the RDNA4 port"); empty for the backend's own entry. The module reports the backend's
+    // name (hyperparams round-trip).
     std::string backend;
+    std::string name_origin;
+    // n_neurons when the config names none: tcnn's default, or the width a name fixes.
+    uint32_t default_width = 128;
+    // For a name this build may lack the backend for (the RDNA4 port's): throws UnsupportedError
+    // naming what to write instead. Runs before anything else of the config is read.
+    std::function<void()> check_build;
 };
 
 // One registration function per backend file; network.cpp lists them.

@@ -1,11 +1,15 @@
 // Every network otype on the CPU. tcnn's names of our backends (CutlassMLP, MLP, no otype,
 // MegakernelMLP): the backend they mean, canonical hyperparams, errors naming what was written and what
-// to use. The CPU backends of FullyFusedMLP and BlasLtMLP: one case list against the fp64 reference
+// to use. The RDNA4 port's names (HipBLASLtMLP, HipBLASLtMLPFP16, RocWMMAWidth64MLP): refused with
+// what to write instead on a build without their AMD backend, the backend they mean on one with it. The CPU backends of FullyFusedMLP and BlasLtMLP: one case list against the fp64 reference
 // (bounds from the precision), gradients against fp64 finite differences, and the GPU kernels'
 // rounding rules checked bit for bit. tcnn's stock configs train a step on the CPU.
 #include "mlp_backend_cases.h"
 #include "networks/portable_mlp.h"
 
+#include <tnn/runtime.h>
+
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -60,8 +64,9 @@ TEST(TcnnNetworkNames, MeanOurBackendAndReportItsName) {
 }
 
 TEST(TcnnNetworkNames, AreInTheOtypeList) {
-    const std::vector<std::string> expected = {"PortableMLP", "BlasLtMLP",     "FullyFusedMLP",
-                                               "CutlassMLP",  "MLP",           "MegakernelMLP"};
+    const std::vector<std::string> expected = {"PortableMLP",  "BlasLtMLP",        "FullyFusedMLP",
+                                               "CutlassMLP",   "MLP",              "MegakernelMLP",
+                                               "HipBLASLtMLP", "HipBLASLtMLPFP16", "RocWMMAWidth64MLP"};
     EXPECT_EQ(network_names(), expected);
     try {
         create_network(3, 1, {{"otype", "FooMLP"}});
@@ -93,6 +98,100 @@ TEST(TcnnNetworkNames, ErrorsNameTheRequestAndTheAlternatives) {
     expect_error({{"otype", "MLP"}, {"output_dtype", "bfloat16"}}, {"MLP (tcnn's name for BlasLtMLP)", "output_dtype"});
     expect_error({{"otype", 5}}, {"otype"});
     EXPECT_THROW(create_network(3, 2, json::array()), ConfigError);
+}
+
+// ---- The RDNA4 port's names.
+
+struct PortName {
+    std::string name, backend;
+    DType dtype;
+    uint32_t width;  // the width the name fixes; 0: none
+    std::string on_cuda;  // what the CUDA build's refusal tells to write
+};
+
+const std::vector<PortName>& port_names() {
+    static const std::vector<PortName> names = {
+        {"HipBLASLtMLP", "BlasLtMLP", DType::f32, 0, "\"otype\": \"BlasLtMLP\""},
+        {"HipBLASLtMLPFP16", "BlasLtMLP", DType::f16, 0, "\"otype\": \"BlasLtMLP\", \"dtype\": \"float16\""},
+        {"RocWMMAWidth64MLP", "FullyFusedMLP", DType::f16, 64,
+         "\"otype\": \"FullyFusedMLP\", \"n_neurons\": 64, \"dtype\": \"float16\""},
+    };
+    return names;
+}
+
+// The refusal of a port name, or "" when this build creates it.
+std::string port_refusal(const json& cfg) {
+    try {
+        (void)create_network(3, 2, cfg);
+    } catch (const UnsupportedError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(PortNetworkNames, RefusedWithWhatToWriteWhereTheBuildLacksTheirBackend) {
+    const std::string build = gpu_backend_name();
+    for (const auto& p : port_names()) {
+        std::string lower = p.name;
+        for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        for (const std::string& written : {p.name, lower}) {  // case-insensitive like every otype
+            const std::string why = port_refusal({{"otype", written}, {"n_hidden_layers", 1}});
+            if (build == "HIP") {
+                // A HIP build refuses only what it lacks: hipBLASLt, or gfx12 code.
+                if (!why.empty()) EXPECT_NE(why.find("this HIP build has no"), std::string::npos) << why;
+                continue;
+            }
+            ASSERT_FALSE(why.empty()) << p.name << " must be refused on a " << build << " build";
+            EXPECT_NE(why.find(p.name + " is the AMD RDNA4 port's name for " + p.backend), std::string::npos) << why;
+            if (build == "CUDA") {
+                EXPECT_NE(why.find("this build is CUDA: write " + p.on_cuda), std::string::npos) << why;
+            } else {
+                EXPECT_NE(why.find("this build has no GPU backend"), std::string::npos) << why;
+                EXPECT_NE(why.find("runs on the CPU"), std::string::npos) << why;
+            }
+        }
+        // The name is checked first: no config value of the request changes the refusal.
+        if (build != "HIP") {
+            EXPECT_THROW(create_network(3, 2, {{"otype", p.name}, {"dtype", "float64"}, {"n_neurons", 7}}),
+                         UnsupportedError);
+            EXPECT_THROW(create_model(3, 2, {{"encoding", {{"otype", "HashGrid"}}}, {"network", {{"otype", p.name}}}}),
+                         UnsupportedError);
+        }
+    }
+}
+
+TEST(PortNetworkNames, MeanTheirBackendInTheirPrecisionOnABuildWithIt) {
+    for (const auto& p : port_names()) {
+        const json cfg = {{"otype", p.name}, {"n_hidden_layers", 2}};
+        if (!port_refusal(cfg).empty()) continue;  // covered above: this build lacks the backend
+        const auto net = create_network(64, 64, cfg);
+        EXPECT_EQ(net->name(), p.backend);
+        EXPECT_EQ(net->param_dtype(), p.dtype);
+        EXPECT_EQ(network_dtype(cfg), p.dtype);
+        if (p.width) EXPECT_EQ(net->width(), p.width);
+        // The hyperparams name the backend: they build the same module on any build.
+        const json h = net->hyperparams();
+        EXPECT_EQ(h["otype"], p.backend);
+        EXPECT_EQ(create_network(64, 64, h)->hyperparams(), h);
+        // The name fixes the precision (and RocWMMAWidth64MLP the width); errors say where the others are.
+        const std::string other = p.dtype == DType::f32 ? "float16" : "bfloat16";
+        try {
+            create_network(3, 2, {{"otype", p.name}, {"dtype", other}});
+            ADD_FAILURE() << p.name << " with dtype " << other;
+        } catch (const DTypeError& e) {
+            EXPECT_NE(std::string(e.what()).find("the name fixes dtype " + std::string(dtype_name(p.dtype))),
+                      std::string::npos)
+                << e.what();
+        }
+        if (p.width) {
+            try {
+                create_network(3, 2, {{"otype", p.name}, {"n_neurons", 128}});
+                ADD_FAILURE() << p.name << " with n_neurons 128";
+            } catch (const ConfigError& e) {
+                EXPECT_NE(std::string(e.what()).find("FullyFusedMLP"), std::string::npos) << e.what();
+            }
+        }
+    }
 }
 
 TEST(TcnnNetworkNames, ModelWithoutNetworkOtype) {

@@ -181,7 +181,8 @@ def test_every_registered_network_otype_is_accepted():
             assert otype in str(e), f"{otype}: the error must name the backend: {e}"
             continue
         # tcnn's names run the backend they name (test_backends_cpu.py).
-        backend = {"cutlassmlp": "blasltmlp", "mlp": "blasltmlp", "megakernelmlp": "fullyfusedmlp"}
+        backend = {"cutlassmlp": "blasltmlp", "mlp": "blasltmlp", "megakernelmlp": "fullyfusedmlp",
+                   "hipblasltmlp": "blasltmlp", "hipblasltmlpfp16": "blasltmlp", "rocwmmawidth64mlp": "fullyfusedmlp"}
         assert net.native_tcnn_module.name().lower() == backend.get(otype.lower(), otype.lower())
 
 
