@@ -12,6 +12,17 @@
 
 #include <stdint.h>
 
+// The loops over a simplex's d + 1 vertices: unrolled fully where d is a template constant (N > 0).
+// Where it is a run-time value (N = 0, 9 to 32 dimensions) clang reports a plain unroll request it
+// cannot honour as a warning (an error under -Werror), so HIP asks for no unrolling there; nvcc
+// unrolls what it can.
+#if defined(__HIP_DEVICE_COMPILE__)
+#define TNN_PERMUTO_PRAGMA(x) _Pragma(#x)
+#define TNN_UNROLL_VERTICES(N) TNN_PERMUTO_PRAGMA(unroll((N) > 0 ? (N) + 1 : 1))
+#else
+#define TNN_UNROLL_VERTICES(N) TNN_UNROLL
+#endif  // defined(__HIP_DEVICE_COMPILE__)
+
 namespace tnn::permuto_gpu {
 
 constexpr int kThreads = 128;
@@ -66,7 +77,7 @@ __device__ __forceinline__ void locate(const KernelArgs& a, uint32_t level, cons
     permuto::locate(n, xr, shift, p.scale, p.s);
     permuto::barycentric(n, p.s.rest, p.s.rank, 1.0f, p.w);
     const uint64_t base = static_cast<uint64_t>(level) * a.level_values;
-    TNN_UNROLL
+    TNN_UNROLL_VERTICES(N)
     for (uint32_t k = 0; k <= n; ++k)
         p.value[k] = base + static_cast<uint64_t>(permuto::vertex_entry(n, p.s.rem0, p.s.rank, k, a.mask)) * a.n_features;
 }
@@ -94,7 +105,7 @@ __global__ void __launch_bounds__(kThreads)
     if (level < a.n_active) {
         DevicePoint<N> p;
         locate<N>(a, level, x, row, x_stride, p);
-        TNN_UNROLL
+        TNN_UNROLL_VERTICES(N)
         for (uint32_t k = 0; k <= dims<N>(a); ++k)
             TNN_UNROLL
             for (uint32_t f = 0; f < 8; ++f)
@@ -126,7 +137,7 @@ __global__ void __launch_bounds__(kThreads)
         TNN_UNROLL
         for (uint32_t f = 0; f < 8; ++f) gl[f] = f < F ? gpu::to_acc(g[row * g_stride + level * F + f]) : 0.0f;
         // G_k = sum_f g_f (V_k[f] - V_0[f]) (grid::value_step: see permuto.cpp).
-        TNN_UNROLL
+        TNN_UNROLL_VERTICES(N)
         for (uint32_t k = 0; k <= n; ++k) {
             float gv = 0.0f;
             TNN_UNROLL
@@ -173,7 +184,7 @@ __device__ __forceinline__ bool contributions(const KernelArgs& a, uint32_t leve
     if (SECOND) {
         tangent<N>(a, p, v, row, v_stride, coef);
     } else {
-        TNN_UNROLL
+        TNN_UNROLL_VERTICES(N)
         for (uint32_t k = 0; k <= n; ++k) coef[k] = p.w[k];
     }
     TNN_UNROLL
@@ -193,7 +204,7 @@ __global__ void __launch_bounds__(kThreads)
     DevicePoint<N> p;
     float coef[C + 1], gl[8];
     if (!contributions<T, N, SECOND>(a, level, row, x, x_stride, v, v_stride, g, g_stride, p, coef, gl)) return;
-    TNN_UNROLL
+    TNN_UNROLL_VERTICES(N)
     for (uint32_t k = 0; k <= dims<N>(a); ++k)
         TNN_UNROLL
         for (uint32_t f = 0; f < 8; ++f)
@@ -219,7 +230,7 @@ __global__ void __launch_bounds__(kThreads)
     TNN_UNROLL
     for (uint32_t f = 0; f < 8; ++f)
         if (f < F) gsum += fabsf(gl[f]);
-    TNN_UNROLL
+    TNN_UNROLL_VERTICES(N)
     for (uint32_t k = 0; k <= dims<N>(a); ++k) csum += fabsf(coef[k]);
     atomicMax(bound_bits + level, __float_as_uint(csum * gsum) & 0x7FFFFFFFu);
 }
@@ -241,7 +252,7 @@ __global__ void __launch_bounds__(kThreads)
         float E[C + 1];
         locate<N>(a, level, x, row, x_stride, p);
         tangent<N>(a, p, v, row, v_stride, E);
-        TNN_UNROLL
+        TNN_UNROLL_VERTICES(N)
         for (uint32_t k = 0; k <= dims<N>(a); ++k)
             TNN_UNROLL
             for (uint32_t f = 0; f < 8; ++f)
