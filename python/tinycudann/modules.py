@@ -686,10 +686,6 @@ class Module(torch.nn.Module):
             self._spec = spec
         return spec
 
-    def _spec_for_tracing(self):
-        spec = self._spec
-        return spec if spec is not None else self._op_spec()
-
     def forward(self, x):
         native = self._native
         params = self.params
@@ -711,7 +707,7 @@ class Module(torch.nn.Module):
         if _ops.wanted():
             # torch.compile / torch.export / torch.func: the custom operators (ops.py), which they trace
             # through. The finite-input check synchronises, so it is not made there.
-            return self._finish_output(torch.ops.tinycudann.forward(self._spec_for_tracing(), x, params, self.loss_scale))
+            return self._finish_output(torch.ops.tinycudann.forward(self._op_spec(), x, params, self.loss_scale))
         if _input_checks:
             _check_finite_rows(native.describe, x)
         with _device_guard(x):

@@ -129,10 +129,6 @@ def backward_backward_impl(spec, x, params, dL_doutput, dL_ddLdinput, loss_scale
             dL_dparams if dL_dparams is not None else _empty(params))
 
 
-def _none_if_empty(t, like):
-    return None if t.numel() == 0 and like.numel() != 0 else t
-
-
 if SUPPORTED:
 
     @torch.library.custom_op("tinycudann::forward", mutates_args=())
@@ -210,18 +206,11 @@ if SUPPORTED:
     torch.library.register_autograd("tinycudann::backward", _backward_backward, setup_context=_backward_setup)
 
 
-def _is_compiling():
-    compiler = getattr(torch, "compiler", None)
-    if compiler is not None and hasattr(compiler, "is_compiling"):
-        return compiler.is_compiling()
-    return False
-
-
-def _functorch_active():
-    active = getattr(torch._C, "_are_functorch_transforms_active", None)
-    return bool(active()) if active is not None else False
+# Looked up once: wanted() runs on every eager module call.
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None) or (lambda: False)
 
 
 def wanted():
     """Whether Module.forward should call the operators: torch compiles, exports or transforms."""
-    return SUPPORTED and (_is_compiling() or _functorch_active())
+    return SUPPORTED and (_is_compiling() or bool(_functorch_active()))

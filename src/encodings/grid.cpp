@@ -168,11 +168,8 @@ private:
 #ifdef TNN_WITH_GPU
     // ---- GPU passes (grid.cu): the same level table, the switched-off levels as a count -------------
 
-    // Levels [0, n) are on: level_active is monotone in the level.
     uint32_t n_active_levels(float max_level) const {
-        uint32_t n = 0;
-        while (n < m_options.n_levels && active(n, max_level)) ++n;
-        return n;
+        return grid::n_active_levels(max_level, m_options.n_levels, m_options.n_features_per_level);
     }
 
     std::unique_ptr<Context> forward_gpu(const Stream& stream, ConstView in, View out, const void* params,

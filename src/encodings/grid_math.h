@@ -265,6 +265,14 @@ TNN_HD inline bool level_active(uint32_t level, float max_level, uint32_t n_leve
     return !(static_cast<float>(level) >= limit + 1e-3f);
 }
 
+// The levels that are on form a prefix [0, n) (level_active is monotone in the level): its length,
+// which the GPU passes take instead of max_level.
+inline uint32_t n_active_levels(float max_level, uint32_t n_levels, uint32_t n_features_per_level) {
+    uint32_t n = 0;
+    while (n < n_levels && level_active(n, max_level, n_levels, n_features_per_level)) ++n;
+    return n;
+}
+
 // ---- stochastic interpolation ------------------------------------------------------------------
 
 // tcnn's random_val(1337, i + level * n_rows): the uniform sample that picks one corner per

@@ -117,11 +117,8 @@ private:
     bool active(uint32_t level, float max_level) const {
         return grid::level_active(level, max_level, m_options.n_levels, m_options.n_features_per_level);
     }
-    // Levels [0, n) are on: level_active is monotone in the level.
     uint32_t n_active_levels(float max_level) const {
-        uint32_t n = 0;
-        while (n < m_options.n_levels && active(n, max_level)) ++n;
-        return n;
+        return grid::n_active_levels(max_level, m_options.n_levels, m_options.n_features_per_level);
     }
 
     // Row r's simplex at level l, its weights and the entries of its vertices (value offsets within

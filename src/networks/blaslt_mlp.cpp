@@ -56,10 +56,10 @@ void count_gemm(bool backward, bool epilogue, bool fallback) {
 
 namespace {
 
-class BlasLtMlp final : public Network {
+class BlasLtMlp final : public CpuReferenceNetwork {
 public:
     BlasLtMlp(const MlpLayout& layout, DType dtype, DType output_dtype, bool tf32)
-        : Network(layout, dtype, output_dtype), m_tf32(tf32) {
+        : CpuReferenceNetwork(layout, dtype, output_dtype, kCpuRounding), m_tf32(tf32) {
 #ifdef TNN_WITH_GPU
         m_plans = blaslt_mlp::make_plan_cache(layout, dtype, tf32);
 #endif  // TNN_WITH_GPU
@@ -80,28 +80,6 @@ private:
     // The CPU backend: the GPU passes round where MlpReference<T> rounds (docs/blaslt_mlp.md). TF32
     // is a GPU tensor-core mode; the CPU computes those networks in full fp32 (within TF32's bound).
     static constexpr MlpRounding kCpuRounding{};
-
-    void inference_cpu(const Stream&, ConstView input, View output, const void* params) const override {
-        mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, false);
-    }
-
-    std::unique_ptr<Context> forward_cpu(const Stream&, ConstView input, View output, const void* params,
-                                         bool) const override {
-        return mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, true);
-    }
-
-    void backward_cpu(const Stream&, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
-                      View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
-        mlp_cpu::backward(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_doutput, dL_dinput,
-                          dL_dparams, params, mode);
-    }
-
-    void backward_backward_input_cpu(const Stream&, const Context& ctx, ConstView input, ConstView dL_ddLdinput,
-                                     ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
-                                     const void* params, GradMode mode) const override {
-        mlp_cpu::backward_backward_input(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_ddLdinput,
-                                         dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams, params, mode);
-    }
 
 #ifdef TNN_WITH_GPU
     void inference_gpu(const Stream& stream, ConstView input, View output, const void* params) const override {

@@ -327,9 +327,10 @@ namespace {
 
 struct FusedContext : Context {};  // backward recomputes the forward pass: nothing to keep
 
-class FullyFusedMlp final : public Network, private FusedLossStep {
+class FullyFusedMlp final : public CpuReferenceNetwork, private FusedLossStep {
 public:
-    FullyFusedMlp(const MlpLayout& layout, DType dtype, DType output_dtype) : Network(layout, dtype, output_dtype) {}
+    FullyFusedMlp(const MlpLayout& layout, DType dtype, DType output_dtype)
+        : CpuReferenceNetwork(layout, dtype, output_dtype, kCpuRounding) {}
     std::string name() const override { return "FullyFusedMLP"; }
     // The CPU backend always runs; GPUs of every GPU build (CUDA: sm_80+; HIP: gfx12) have kernels,
     // other GPUs get an error from the launcher.
@@ -348,31 +349,6 @@ private:
     // The CPU backend rounds where the kernels round (fully_fused_mlp_kernels.cuh): input, hidden
     // activations, every dz and the stashed f'(z) to the network dtype; sums in fp32.
     static constexpr MlpRounding kCpuRounding{true};
-
-    void inference_cpu(const Stream&, ConstView input, View output, const void* params) const override {
-        mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, false);
-    }
-
-    std::unique_ptr<Context> forward_cpu(const Stream&, ConstView input, View output, const void* params,
-                                         bool) const override {
-        return mlp_cpu::forward(m_layout, param_dtype(), kCpuRounding, input, output, params, true);
-    }
-
-    void backward_cpu(const Stream&, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
-                      View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
-        mlp_cpu::backward(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_doutput, dL_dinput,
-                          dL_dparams, params, mode);
-    }
-
-    // The CPU backend has second derivatives (MlpReference<T> with the kernels' rounding); the fused GPU
-    // kernel does not yet (backward_backward_refusal), and its pass is never handed to another backend
-    // behind the caller's back.
-    void backward_backward_input_cpu(const Stream&, const Context& ctx, ConstView input, ConstView dL_ddLdinput,
-                                     ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
-                                     const void* params, GradMode mode) const override {
-        mlp_cpu::backward_backward_input(m_layout, param_dtype(), kCpuRounding, describe(), ctx, input, dL_ddLdinput,
-                                         dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams, params, mode);
-    }
 
 #if defined(TNN_WITH_GPU)
     void inference_gpu(const Stream& stream, ConstView input, View output, const void* params) const override {

@@ -438,9 +438,10 @@ void backward_backward_input(const MlpLayout& layout, DType dtype, MlpRounding r
 
 namespace {
 
-class PortableMlp final : public Network {
+class PortableMlp final : public CpuReferenceNetwork {
 public:
-    PortableMlp(const MlpLayout& layout, DType dtype, DType output_dtype) : Network(layout, dtype, output_dtype) {}
+    PortableMlp(const MlpLayout& layout, DType dtype, DType output_dtype)
+        : CpuReferenceNetwork(layout, dtype, output_dtype, {}) {}
     std::string name() const override { return "PortableMLP"; }
     // The GPU implementation is fp32 only (fp64 is the CPU oracle's precision).
     bool supports_device(Device d) const override { return d.is_cpu() || param_dtype() == DType::f32; }
@@ -448,28 +449,6 @@ public:
     bool supports_backward_backward() const override { return true; }
 
 private:
-    std::unique_ptr<Context> forward_cpu(const Stream&, ConstView input, View output, const void* params,
-                                         bool) const override {
-        return mlp_cpu::forward(m_layout, param_dtype(), {}, input, output, params, true);
-    }
-
-    void inference_cpu(const Stream&, ConstView input, View output, const void* params) const override {
-        mlp_cpu::forward(m_layout, param_dtype(), {}, input, output, params, false);
-    }
-
-    void backward_cpu(const Stream&, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
-                      View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
-        mlp_cpu::backward(m_layout, param_dtype(), {}, describe(), ctx, input, dL_doutput, dL_dinput, dL_dparams,
-                          params, mode);
-    }
-
-    void backward_backward_input_cpu(const Stream&, const Context& ctx, ConstView input, ConstView dL_ddLdinput,
-                                     ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
-                                     const void* params, GradMode mode) const override {
-        mlp_cpu::backward_backward_input(m_layout, param_dtype(), {}, describe(), ctx, input, dL_ddLdinput, dL_doutput,
-                                         dL_ddLdoutput, dL_dinput, dL_dparams, params, mode);
-    }
-
 #ifdef TNN_WITH_GPU
     std::unique_ptr<Context> forward_gpu(const Stream& stream, ConstView input, View output, const void* params,
                                          bool) const override {

@@ -71,6 +71,35 @@ void backward_backward_input(const MlpLayout& layout, DType dtype, MlpRounding r
                              GradMode mode);
 }  // namespace mlp_cpu
 
+// The CPU half every MLP backend shares: the mlp_cpu passes with the backend's rounding rules.
+class CpuReferenceNetwork : public Network {
+protected:
+    CpuReferenceNetwork(const MlpLayout& layout, DType dtype, DType output_dtype, MlpRounding rounding)
+        : Network(layout, dtype, output_dtype), m_cpu_rounding(rounding) {}
+
+    void inference_cpu(const Stream&, ConstView input, View output, const void* params) const override {
+        mlp_cpu::forward(m_layout, param_dtype(), m_cpu_rounding, input, output, params, false);
+    }
+    std::unique_ptr<Context> forward_cpu(const Stream&, ConstView input, View output, const void* params,
+                                         bool) const override {
+        return mlp_cpu::forward(m_layout, param_dtype(), m_cpu_rounding, input, output, params, true);
+    }
+    void backward_cpu(const Stream&, const Context& ctx, ConstView input, ConstView, ConstView dL_doutput,
+                      View* dL_dinput, void* dL_dparams, const void* params, GradMode mode) const override {
+        mlp_cpu::backward(m_layout, param_dtype(), m_cpu_rounding, describe(), ctx, input, dL_doutput, dL_dinput,
+                          dL_dparams, params, mode);
+    }
+    void backward_backward_input_cpu(const Stream&, const Context& ctx, ConstView input, ConstView dL_ddLdinput,
+                                     ConstView dL_doutput, View* dL_ddLdoutput, View* dL_dinput, void* dL_dparams,
+                                     const void* params, GradMode mode) const override {
+        mlp_cpu::backward_backward_input(m_layout, param_dtype(), m_cpu_rounding, describe(), ctx, input, dL_ddLdinput,
+                                         dL_doutput, dL_ddLdoutput, dL_dinput, dL_dparams, params, mode);
+    }
+
+private:
+    MlpRounding m_cpu_rounding;
+};
+
 #ifdef TNN_WITH_GPU
 // The GPU implementation (portable_mlp.cu): fp32 only, the same function and layout as
 // MlpReference<float>. Arguments are validated by the module; rows > 0.
